@@ -1,0 +1,41 @@
+"""epochstream — epoch-atomic publish/subscribe for streaming dataflows.
+
+A subscriber can attach to a running dataflow at any moment and sees every epoch (logical time,
+possibly partially ordered) either whole or not at all, plus the stream's progress (frontier).
+The design follows Strymon's pubsub protocol; the frontier algebra follows timely-dataflow.
+
+Layers (imports point only downward): :mod:`~epochstream.order` → :mod:`~epochstream.frontier`
+→ :mod:`~epochstream.protocol` (sans-I/O) → :mod:`~epochstream.wire` → :mod:`~epochstream.transport`
+(:class:`Publisher`, :class:`Subscriber`) → :mod:`~epochstream.catalog` → :mod:`~epochstream.spark`
+→ :mod:`~epochstream.cli`.
+
+Heavy layers are imported lazily, so ``import epochstream.order`` needs neither pyzmq nor pyarrow.
+"""
+
+from .errors import (CatalogError, EpochstreamError, PartitionHeld, ProtocolError, PublisherLost,
+                     SubscriberLagged, TopicNotFound, WireError)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "TOTAL": "order", "product": "order",
+    "Antichain": "frontier", "MutableAntichain": "frontier",
+    "Epoch": "protocol", "EpochAssembler": "protocol", "PublisherProtocol": "protocol",
+    "SubscriberProtocol": "protocol", "InitialFrontierSnapshot": "protocol",
+    "LowerFrontierUpdate": "protocol", "DataMessage": "protocol",
+    "Publisher": "transport", "Subscriber": "transport",
+    "Catalog": "catalog",
+}
+
+__all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
+           "PartitionHeld", "SubscriberLagged", "PublisherLost", *_LAZY]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'epochstream' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

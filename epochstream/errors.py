@@ -1,0 +1,67 @@
+"""Exception hierarchy of epochstream.
+
+Every error the library raises derives from :class:`EpochstreamError`, so a caller can catch
+everything of ours in one clause and still tell the cases apart:
+
+- :class:`ProtocolError` — a message or call that violates the Strymon pubsub protocol
+  (data behind the lower frontier, a time of the wrong shape for the topic's order, ...).
+- :class:`WireError` — a frame sequence that cannot be decoded (a :class:`ProtocolError`
+  subclass: malformed input is a protocol violation by the peer that sent it).
+- :class:`TopicNotFound`, :class:`PartitionHeld`, :class:`CatalogError` — catalog lookups.
+- :class:`SubscriberLagged` — the publisher evicted a subscriber that fell too far behind.
+- :class:`PublisherLost` — a partition's publisher stopped answering (no heartbeat in time).
+"""
+
+from __future__ import annotations
+
+
+class EpochstreamError(Exception):
+    """Base class of every exception raised by epochstream."""
+
+
+class ProtocolError(EpochstreamError):
+    """A message or call violates the pubsub protocol (Strymon pubsub protocol, "Protocol
+    Messages"). Raised by the pure state machines in :mod:`epochstream.protocol`; the state
+    machine is left unchanged, so the caller may go on with valid input."""
+
+
+class WireError(ProtocolError):
+    """A multipart frame sequence could not be decoded: wrong frame count, unknown kind or
+    protocol version, a header that is not valid msgpack, or a payload the codec rejects."""
+
+
+class CatalogError(EpochstreamError):
+    """The catalog refused an operation (conflicting topic definition, bad partition index)."""
+
+
+class TopicNotFound(CatalogError, LookupError):
+    """``Catalog.lookup(topic)`` found no such topic. ``existing`` lists the topics that do exist."""
+
+    def __init__(self, topic: str, existing: list[str] | tuple[str, ...] = ()):
+        self.topic = topic
+        self.existing = tuple(existing)
+        known = ", ".join(self.existing) if self.existing else "none"
+        super().__init__(f"unknown topic {topic!r}; existing topics: {known}")
+
+
+class PartitionHeld(CatalogError):
+    """Registering a partition that a live publisher already holds."""
+
+
+class SubscriberLagged(EpochstreamError):
+    """The publisher of ``partition`` evicted this subscriber because its outgoing queue passed
+    the bound (messages or bytes). ``last_epoch`` is the time of the last complete epoch this
+    subscriber delivered (``None`` if none)."""
+
+    def __init__(self, message: str, *, partition: int | None = None, last_epoch=None):
+        self.partition = partition
+        self.last_epoch = last_epoch
+        super().__init__(message)
+
+
+class PublisherLost(EpochstreamError):
+    """No message (data, progress or heartbeat) arrived from ``partition`` within the timeout."""
+
+    def __init__(self, message: str, *, partition: int | None = None):
+        self.partition = partition
+        super().__init__(message)

@@ -1,0 +1,411 @@
+"""The pubsub protocol as pure state machines — no sockets, no clocks (in the style of h11).
+
+Follows the Strymon pubsub protocol (strymon_job, "Protocol Messages", "Publisher Logic",
+"Subscriber Logic") with the frontier algebra of timely-dataflow (``progress/frontier.rs``).
+
+Messages (frozen dataclasses; times are ``int`` for :data:`~epochstream.order.TOTAL` or tuples
+for :func:`~epochstream.order.product`):
+
+- :class:`InitialFrontierSnapshot` ``(lower: tuple[T, ...], upper: tuple[T, ...])`` — the first
+  message a new subscriber gets from a partition.
+- :class:`LowerFrontierUpdate` ``(updates: tuple[tuple[T, int], ...])`` — net changes of a lower
+  frontier, each ``(t, +1)`` or ``(t, -1)``.
+- :class:`DataMessage` ``(time: T, data)`` — one batch of records at one time. ``data`` is opaque
+  to the protocol (a list of records, an Arrow batch, or still-encoded bytes).
+
+State machines:
+
+- :class:`PublisherProtocol` — one partition's lower frontier (a :class:`MutableAntichain` of
+  capabilities, from progress updates) and upper frontier (maximal times seen in data).
+- :class:`SubscriberProtocol` — merges the snapshots and streams of ``partitions`` partitions:
+  the filter, the merged lower frontier, and filter retirement.
+- :class:`EpochAssembler` — turns delivered data plus merged frontier changes into complete
+  :class:`Epoch` objects.
+
+Why the filter works (Strymon "Design"): a time ``t`` with ``t <= u`` for no ``u`` in any
+partition's upper frontier at subscription was *latent* in every partition — no partition had
+sent data at ``t`` — so the subscriber can see all of it. Data at ``t <= u`` may have been missed
+and is dropped. A filter element ``f`` is retired once no merged lower-frontier element is
+``<= f``: no data at or before ``f`` can arrive any more, so keeping it filters nothing. Retiring
+it earlier — e.g. when the lower frontier merely *reaches* ``f`` (Strymon's ``<=`` bug fixed in
+commit e3fadf1), or when the lower frontier "dominates" the upper one (that holds already at
+subscription) — lets the tail of an epoch through without its head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from .errors import ProtocolError
+from .frontier import Antichain, MutableAntichain
+from .order import check_time, dual, linear_extension
+
+__all__ = ["InitialFrontierSnapshot", "LowerFrontierUpdate", "DataMessage", "Epoch",
+           "PublisherProtocol", "SubscriberProtocol", "EpochAssembler"]
+
+
+@dataclass(frozen=True, slots=True)
+class InitialFrontierSnapshot:
+    """Both frontiers of a partition at the moment a subscriber joined.
+
+    ``lower``: tuple of times (minimal times that may still occur); ``upper``: tuple of times
+    (maximal times seen in data so far)."""
+
+    lower: tuple
+    upper: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class LowerFrontierUpdate:
+    """Net changes of a lower frontier: a tuple of ``(time, +1 | -1)`` pairs."""
+
+    updates: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class DataMessage:
+    """A batch of records at one logical ``time``. ``data`` is opaque to the protocol."""
+
+    time: Any
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Epoch:
+    """All records of one time, released once the merged lower frontier has passed it.
+
+    ``time``: the epoch's time; ``records``: the combined payloads (a list for list payloads, or
+    whatever the assembler's ``combine`` returns, e.g. a ``pyarrow.Table``); ``messages``: number
+    of data messages combined; ``nbytes``: payload bytes as reported by the caller;
+    ``first_seen`` / ``released_at``: caller-supplied clock readings (seconds, e.g.
+    ``time.time()``) of the first data message and of the release, or ``None``."""
+
+    time: Any
+    records: Any
+    messages: int = 0
+    nbytes: int = 0
+    first_seen: float | None = None
+    released_at: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+class PublisherProtocol:
+    """One partition's side of the protocol (Strymon "Publisher Logic").
+
+    The lower frontier starts as ``{order.minimum: +1}`` — the upstream's initial capability — and
+    the upper frontier empty. Thread-unsafe; one instance per partition.
+    """
+
+    __slots__ = ("order", "_lower", "_upper", "_check")
+
+    def __init__(self, order):
+        self.order = order
+        self._lower = MutableAntichain(order, [(order.minimum, 1)])
+        self._upper = Antichain(dual(order))
+        self._check = getattr(order, "check", None)
+
+    @property
+    def lower(self) -> tuple:
+        """The lower frontier's elements (minimal times that may still appear in data)."""
+        return self._lower.frontier
+
+    @property
+    def upper(self) -> tuple:
+        """The upper frontier's elements (maximal times seen in data)."""
+        return self._upper.elements
+
+    @property
+    def closed(self) -> bool:
+        """True once the lower frontier is empty: no more data can be sent."""
+        return self._lower.is_empty()
+
+    def progress(self, updates: Iterable[tuple[Any, int]]) -> LowerFrontierUpdate | None:
+        """Apply timely progress updates ``[(time, delta), ...]`` (capability counts).
+
+        Returns the net change of the lower frontier as a :class:`LowerFrontierUpdate`, or
+        ``None`` when the frontier did not change. Raises :class:`ProtocolError` (state unchanged)
+        for a time of the wrong shape or a delta that is not an int. Source: timely
+        ``MutableAntichain::update_iter``."""
+        checked = []
+        check = self._check
+        for item in updates:
+            try:
+                t, delta = item
+            except (TypeError, ValueError):
+                raise ProtocolError(f"progress update {item!r} is not a (time, delta) pair") from None
+            if check is not None:
+                t = check(t)
+            if isinstance(delta, bool) or not isinstance(delta, int):
+                raise ProtocolError(f"progress update {item!r}: delta must be an int")
+            checked.append((t, delta))
+        changes = self._lower.update_iter(checked)
+        return LowerFrontierUpdate(tuple(changes)) if changes else None
+
+    def check_data(self, time):
+        """Validate a data time without changing state: return it normalised, or raise
+        :class:`ProtocolError` when no lower-frontier element is ``<= time``."""
+        if self._check is not None:
+            time = self._check(time)
+        if not self._lower.less_equal(time):
+            raise ProtocolError(
+                f"data at time {time!r} is behind the lower frontier {list(self._lower.frontier)!r}: "
+                "no capability held at or before it")
+        return time
+
+    def data(self, time, data) -> DataMessage:
+        """Record a data batch at ``time``: updates the upper frontier and returns the
+        :class:`DataMessage` to broadcast. Raises :class:`ProtocolError` (state unchanged) when the
+        time has the wrong shape or no lower-frontier element is ``<= time``."""
+        time = self.check_data(time)
+        self._upper.insert(time)
+        return DataMessage(time, data)
+
+    def snapshot(self) -> InitialFrontierSnapshot:
+        """The :class:`InitialFrontierSnapshot` for a subscriber joining now."""
+        return InitialFrontierSnapshot(self._lower.frontier, self._upper.elements)
+
+    def close(self) -> LowerFrontierUpdate | None:
+        """Release every capability (the partition will send no more data): returns the update
+        that empties the lower frontier, or ``None`` if it was already empty."""
+        counts = self._lower.counts()
+        changes = self._lower.update_iter([(t, -c) for t, c in counts.items()])
+        return LowerFrontierUpdate(tuple(changes)) if changes else None
+
+
+class SubscriberProtocol:
+    """A subscriber's side for all ``partitions`` partitions of a topic (Strymon "Subscriber
+    Logic", merged across partitions like timely's replay of several streams).
+
+    ``receive(partition, message) -> list`` returns what to pass on, in order: each
+    :class:`DataMessage` that passed the filter and a :class:`LowerFrontierUpdate` with the net
+    changes of the merged lower frontier. Until every partition's snapshot has arrived it buffers
+    and returns ``[]`` (advancing earlier could announce a merged frontier that a later snapshot
+    contradicts — timely-dataflow #81/#84). When the last snapshot arrives it returns the initial
+    merged frontier as ``+1`` changes, followed by the buffered messages' results.
+
+    - filter: the maximal antichain of all snapshots' upper elements; data at ``t`` is dropped iff
+      ``t <= f`` for some filter element ``f``;
+    - merged lower frontier: a :class:`MutableAntichain` that counts each partition's frontier
+      elements separately;
+    - retirement: filter element ``f`` is removed once no merged lower element is ``<= f``.
+
+    Raises :class:`ProtocolError` for a partition out of range, a second snapshot from a
+    partition, a message before a partition's snapshot, or delivered data behind the merged lower
+    frontier. The state is unchanged by a rejected message.
+    """
+
+    def __init__(self, order, partitions: int = 1):
+        if not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f"partitions must be an int >= 1, got {partitions!r}")
+        self.order = order
+        self.partitions = partitions
+        self._snapshots: dict[int, InitialFrontierSnapshot] = {}
+        self._buffer: dict[int, list] = {}
+        self._ready = False
+        self._lower = MutableAntichain(order)
+        self._filter = Antichain(dual(order))
+        self._le = order.le
+        self._check = getattr(order, "check", None)
+        self.dropped = 0  # data messages dropped by the filter
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """True once every partition's snapshot has arrived."""
+        return self._ready
+
+    @property
+    def lower(self) -> tuple:
+        """The merged lower frontier's elements (empty until ready)."""
+        return self._lower.frontier
+
+    @property
+    def filter(self) -> tuple:
+        """The current filter's elements (the not yet retired upper-frontier elements)."""
+        return self._filter.elements
+
+    @property
+    def snapshots(self) -> dict:
+        """``{partition: InitialFrontierSnapshot}`` received so far."""
+        return dict(self._snapshots)
+
+    @property
+    def finished(self) -> bool:
+        """True once ready and the merged lower frontier is empty: no more data can arrive."""
+        return self._ready and self._lower.is_empty()
+
+    def passes(self, time) -> bool:
+        """True iff data at ``time`` would pass the current filter (lets the transport skip
+        decoding payloads that will be dropped). Only meaningful once ``ready``."""
+        le = self._le
+        for f in self._filter:
+            if le(time, f):
+                return False
+        return True
+
+    # -- input -----------------------------------------------------------------------------
+    def receive(self, partition: int, message) -> list:
+        """Handle one message from ``partition``; return the list of messages to pass on."""
+        if not isinstance(partition, int) or not 0 <= partition < self.partitions:
+            raise ProtocolError(f"partition {partition!r} out of range 0..{self.partitions - 1}")
+        if isinstance(message, InitialFrontierSnapshot):
+            if partition in self._snapshots:
+                raise ProtocolError(f"partition {partition} sent a second InitialFrontierSnapshot")
+            snapshot = self._checked_snapshot(message)
+            self._snapshots[partition] = snapshot
+            if len(self._snapshots) < self.partitions:
+                return []
+            return self._start()
+        if not isinstance(message, (DataMessage, LowerFrontierUpdate)):
+            raise ProtocolError(f"unknown message type {type(message).__name__}")
+        if partition not in self._snapshots:
+            raise ProtocolError(
+                f"partition {partition} sent {type(message).__name__} before its InitialFrontierSnapshot")
+        if not self._ready:
+            self._buffer.setdefault(partition, []).append(message)
+            return []
+        return self._process(message)
+
+    def _checked_snapshot(self, s: InitialFrontierSnapshot) -> InitialFrontierSnapshot:
+        check = self._check
+        if check is None:
+            return s
+        return InitialFrontierSnapshot(tuple(check(t) for t in s.lower),
+                                       tuple(check(t) for t in s.upper))
+
+    def _start(self) -> list:
+        out: list = []
+        ups = []
+        for p in range(self.partitions):
+            s = self._snapshots[p]
+            ups.extend((t, 1) for t in s.lower)
+            self._filter.extend(s.upper)
+        changes = self._lower.update_iter(ups)
+        self._ready = True
+        self._retire()
+        if changes:
+            out.append(LowerFrontierUpdate(tuple(changes)))
+        buffered, self._buffer = self._buffer, {}
+        for p in sorted(buffered):
+            for message in buffered[p]:
+                out.extend(self._process(message))
+        return out
+
+    def _process(self, message) -> list:
+        if type(message) is DataMessage:
+            t = message.time
+            if self._check is not None:
+                t = self._check(t)
+                if t != message.time or type(t) is not type(message.time):
+                    message = DataMessage(t, message.data)
+            if self._filter:
+                le = self._le
+                for f in self._filter:
+                    if le(t, f):
+                        self.dropped += 1
+                        return []
+            if not self._lower.less_equal(t):
+                raise ProtocolError(
+                    f"data at time {t!r} is behind the merged lower frontier {list(self.lower)!r}")
+            return [message]
+        updates = message.updates
+        if self._check is not None:
+            updates = [(self._check(t), d) for t, d in updates]
+        changes = self._lower.update_iter(updates)
+        if self._filter:
+            self._retire()
+        return [LowerFrontierUpdate(tuple(changes))] if changes else []
+
+    def _retire(self) -> None:
+        lower = self._lower
+        keep = [f for f in self._filter if lower.less_equal(f)]
+        if len(keep) != len(self._filter):
+            self._filter = Antichain(self._filter.order, keep)
+
+
+def _concat(chunks: list) -> list:
+    if len(chunks) == 1:
+        return list(chunks[0])
+    out: list = []
+    for c in chunks:
+        out.extend(c)
+    return out
+
+
+class EpochAssembler:
+    """Collects delivered data per time and releases complete :class:`Epoch` objects.
+
+    Feed it what :meth:`SubscriberProtocol.receive` returns: :meth:`data` for each
+    :class:`DataMessage`, :meth:`frontier` for each :class:`LowerFrontierUpdate` (the merged
+    frontier's changes). An epoch ``t`` is released once no merged lower-frontier element is
+    ``<= t``; epochs released together come in an order consistent with the partial order (the
+    order's linear-extension key). Times that saw no data are not released (skipped epochs).
+
+    ``combine(chunks: list) -> records`` builds an epoch's records from its data payloads in
+    arrival order; the default concatenates sequences into one list.
+    """
+
+    def __init__(self, order, combine: Callable[[list], Any] | None = None):
+        self.order = order
+        self._combine = combine or _concat
+        self._frontier: dict = {}
+        self._pending: dict = {}  # time -> [chunks, nbytes, first_seen]
+        self._le = order.le
+
+    @property
+    def frontier(self) -> tuple:
+        """The merged lower frontier as seen through the updates fed so far."""
+        return tuple(self._frontier)
+
+    @property
+    def pending(self) -> tuple:
+        """Times with data not yet complete."""
+        return tuple(self._pending)
+
+    def data(self, message: DataMessage, *, nbytes: int = 0, now: float | None = None) -> None:
+        """Add a delivered data batch (``nbytes``: its payload size; ``now``: a clock reading)."""
+        entry = self._pending.get(message.time)
+        if entry is None:
+            self._pending[message.time] = [[message.data], nbytes, now]
+        else:
+            entry[0].append(message.data)
+            entry[1] += nbytes
+
+    def frontier_changed(self, update: LowerFrontierUpdate, *, now: float | None = None) -> list[Epoch]:
+        """Apply merged frontier changes; return the epochs this completes, in a linear extension
+        of the order. Raises :class:`ProtocolError` for a change that removes an element that is
+        not in the frontier or adds one twice."""
+        fr = self._frontier
+        for t, d in update.updates:
+            if d > 0:
+                if t in fr:
+                    raise ProtocolError(f"frontier change adds {t!r}, which is already an element")
+                fr[t] = True
+            else:
+                if t not in fr:
+                    raise ProtocolError(f"frontier change removes {t!r}, which is not an element")
+                del fr[t]
+        return self._release(now)
+
+    def _release(self, now) -> list[Epoch]:
+        if not self._pending:
+            return []
+        le = self._le
+        frontier = tuple(self._frontier)
+        done = []
+        for t in self._pending:
+            for f in frontier:
+                if le(f, t):
+                    break
+            else:
+                done.append(t)
+        if not done:
+            return []
+        out = []
+        for t in linear_extension(self.order, done):
+            chunks, nbytes, first = self._pending.pop(t)
+            out.append(Epoch(t, self._combine(chunks), len(chunks), nbytes, first, now))
+        return out

@@ -1,0 +1,336 @@
+"""Multipart wire format and payload codecs (see ``docs/protocol.md`` for the full spec).
+
+Every message is a ZeroMQ multipart message (Strymon: "time and data in separate multi-part
+slots ... drop filtered messages without decoding the data part"):
+
+==========  ===============================  ==========================================
+frame 0     2 bytes: kind (ASCII), version   e.g. ``b"D\\x01"``
+frame 1     msgpack header                   per kind, below
+frame 2     payload (data only)              encoded by the topic's codec
+==========  ===============================  ==========================================
+
+Publisher → subscriber kinds:
+
+- ``S`` snapshot — header ``{"lower": [T...], "upper": [T...], "topic": str, "partition": int,
+  "order": str, "codec": str, "incarnation": str, "heartbeat": float seconds}``
+- ``D`` data — header: the time ``T`` alone (an int, or an array for product times), so a
+  subscriber can cache the filter verdict per raw header bytes; frame 2 the payload.
+- ``F`` lower frontier update — header ``[[T, delta], ...]``
+- ``H`` heartbeat — header ``{"lower": [T...]}`` (sent while the stream is idle)
+- ``X`` notice — header ``{"code": str, "message": str, ...}``; ``code`` ``"lagged"`` means the
+  publisher evicted the subscriber, ``"error"`` that it rejected the subscriber's last message.
+
+Subscriber → publisher kinds (over the subscriber's DEALER):
+
+- ``h`` hello — header ``{"topic": str, "partition": int}``: asks for a snapshot and registration
+- ``p`` ping — header ``{}``: liveness while the subscriber is idle
+- ``b`` bye — header ``{}``: the subscriber leaves; the publisher frees its state
+
+Times are msgpack ints, or arrays of ints for product orders (decoded as tuples).
+
+Codecs (``codec(name)``): ``msgpack`` — a list of records (dicts, tuples or scalars; datetimes as
+ISO-8601 strings); ``arrow`` — Arrow IPC stream bytes holding exactly one RecordBatch.
+
+Every decoding failure raises :class:`~epochstream.errors.WireError` naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+from typing import Any
+
+import msgpack
+
+from .errors import WireError
+from .protocol import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
+
+__all__ = ["VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HELLO", "PING", "BYE",
+           "Heartbeat", "Notice", "encode_snapshot", "encode_data", "encode_frontier",
+           "encode_heartbeat", "encode_notice", "encode_control", "decode", "decode_control",
+           "decode_time", "codec", "CODECS", "MsgpackCodec", "ArrowCodec"]
+
+VERSION = 1
+_V = bytes([VERSION])
+SNAPSHOT = b"S" + _V
+DATA = b"D" + _V
+FRONTIER = b"F" + _V
+HEARTBEAT = b"H" + _V
+NOTICE = b"X" + _V
+HELLO = b"h" + _V
+PING = b"p" + _V
+BYE = b"b" + _V
+
+_PUB_KINDS = {SNAPSHOT, DATA, FRONTIER, HEARTBEAT, NOTICE}
+_SUB_KINDS = {HELLO, PING, BYE}
+
+_packb = msgpack.Packer(use_bin_type=True).pack
+
+
+def _unpack(raw) -> Any:
+    return msgpack.unpackb(raw, use_list=False, raw=False, strict_map_key=False)
+
+
+class Heartbeat:
+    """Decoded ``H`` message: ``lower`` is the partition's current lower frontier (tuple)."""
+
+    __slots__ = ("lower",)
+
+    def __init__(self, lower: tuple):
+        self.lower = lower
+
+    def __repr__(self):
+        return f"Heartbeat(lower={self.lower!r})"
+
+
+class Notice:
+    """Decoded ``X`` message: ``code`` (``"lagged"``, ``"error"``), ``message`` and extra fields."""
+
+    __slots__ = ("code", "message", "extra")
+
+    def __init__(self, code: str, message: str, extra: dict):
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+    def __repr__(self):
+        return f"Notice({self.code!r}, {self.message!r})"
+
+
+# -- encoding ---------------------------------------------------------------------------------
+def encode_snapshot(snapshot: InitialFrontierSnapshot, **meta) -> list[bytes]:
+    """Frames of an ``S`` message; ``meta``: topic, partition, order, codec, incarnation, ..."""
+    header = dict(meta)
+    header["lower"] = list(snapshot.lower)
+    header["upper"] = list(snapshot.upper)
+    return [SNAPSHOT, _packb(header)]
+
+
+def encode_time(time) -> bytes:
+    """The ``D`` header for ``time`` (msgpack int or array)."""
+    return _packb(time)
+
+
+def encode_data(time, payload) -> list:
+    """Frames of a ``D`` message: kind, packed time, payload (bytes-like, already encoded)."""
+    return [DATA, _packb(time), payload]
+
+
+def encode_frontier(update: LowerFrontierUpdate) -> list[bytes]:
+    """Frames of an ``F`` message."""
+    return [FRONTIER, _packb([[t, d] for t, d in update.updates])]
+
+
+def encode_heartbeat(lower) -> list[bytes]:
+    """Frames of an ``H`` message carrying the current lower frontier."""
+    return [HEARTBEAT, _packb({"lower": list(lower)})]
+
+
+def encode_notice(code: str, message: str, **extra) -> list[bytes]:
+    """Frames of an ``X`` notice."""
+    header = dict(extra)
+    header["code"] = code
+    header["message"] = message
+    return [NOTICE, _packb(header)]
+
+
+def encode_control(kind: bytes, **fields) -> list[bytes]:
+    """Frames of a subscriber → publisher message (``HELLO``, ``PING``, ``BYE``)."""
+    return [kind, _packb(fields)]
+
+
+# -- decoding ---------------------------------------------------------------------------------
+def _header(frames, expected: int):
+    if len(frames) != expected:
+        kind = bytes(frames[0][:1]) if frames else b"?"
+        raise WireError(f"message kind {kind!r} needs {expected} frames, got {len(frames)}")
+    try:
+        return _unpack(frames[1])
+    except Exception as exc:
+        raise WireError(f"header does not decode as msgpack: {exc}") from None
+
+
+def _check_kind(frames, kinds) -> bytes:
+    if not frames:
+        raise WireError("empty multipart message")
+    kind = bytes(frames[0])
+    if kind in kinds:
+        return kind
+    if len(kind) == 2 and kind[1] != VERSION:
+        raise WireError(f"unsupported protocol version {kind[1]} (this side speaks {VERSION})")
+    raise WireError(f"unknown message kind {kind!r}")
+
+
+def _times(value, what: str) -> tuple:
+    if not isinstance(value, (tuple, list)):
+        raise WireError(f"{what} must be an array of times, got {value!r}")
+    return tuple(value)
+
+
+def decode_time(raw) -> Any:
+    """Decode a ``D`` header (the time). Raises :class:`WireError`."""
+    try:
+        return _unpack(raw)
+    except Exception as exc:
+        raise WireError(f"data header does not decode as msgpack: {exc}") from None
+
+
+def decode(frames) -> Any:
+    """Decode a publisher → subscriber message.
+
+    Returns an :class:`InitialFrontierSnapshot` (with ``.meta`` dict available via
+    :func:`decode_snapshot_meta`), :class:`LowerFrontierUpdate`, :class:`DataMessage` (``data`` is
+    the *still-encoded* payload frame), :class:`Heartbeat` or :class:`Notice`. Times are not
+    shape-checked here; the protocol checks them against the topic's order. Raises
+    :class:`WireError`."""
+    kind = _check_kind(frames, _PUB_KINDS)
+    if kind == DATA:
+        if len(frames) != 3:
+            raise WireError(f"data message needs 3 frames, got {len(frames)}")
+        return DataMessage(decode_time(frames[1]), frames[2])
+    if kind == FRONTIER:
+        h = _header(frames, 2)
+        try:
+            return LowerFrontierUpdate(tuple((t, int(d)) for t, d in h))
+        except (TypeError, ValueError):
+            raise WireError(f"frontier update header must be [[time, delta], ...], got {h!r}") from None
+    if kind == SNAPSHOT:
+        h = _header(frames, 2)
+        if not isinstance(h, dict) or "lower" not in h or "upper" not in h:
+            raise WireError(f"snapshot header must be a map with 'lower' and 'upper', got {h!r}")
+        return InitialFrontierSnapshot(_times(h["lower"], "lower"), _times(h["upper"], "upper"))
+    if kind == HEARTBEAT:
+        h = _header(frames, 2)
+        if not isinstance(h, dict) or "lower" not in h:
+            raise WireError(f"heartbeat header must be a map with 'lower', got {h!r}")
+        return Heartbeat(_times(h["lower"], "lower"))
+    h = _header(frames, 2)
+    if not isinstance(h, dict) or not isinstance(h.get("code"), str):
+        raise WireError(f"notice header must be a map with a 'code', got {h!r}")
+    return Notice(h["code"], str(h.get("message", "")), h)
+
+
+def decode_snapshot_meta(frames) -> dict:
+    """The full header map of an ``S`` message (topic, partition, incarnation, ...)."""
+    _check_kind(frames, {SNAPSHOT})
+    return _header(frames, 2)
+
+
+def decode_control(frames) -> tuple[bytes, dict]:
+    """Decode a subscriber → publisher message: ``(kind, header map)``. Raises :class:`WireError`."""
+    kind = _check_kind(frames, _SUB_KINDS)
+    h = _header(frames, 2)
+    if not isinstance(h, dict):
+        raise WireError(f"control header must be a map, got {h!r}")
+    return kind, h
+
+
+# -- codecs -----------------------------------------------------------------------------------
+def _default(obj):
+    if isinstance(obj, (_dt.datetime, _dt.date, _dt.time)):
+        return obj.isoformat()
+    if isinstance(obj, decimal.Decimal):
+        return str(obj)
+    item = getattr(obj, "item", None)  # numpy scalars
+    if item is not None:
+        return item()
+    raise TypeError(f"cannot encode {type(obj).__name__} with the msgpack codec")
+
+
+class MsgpackCodec:
+    """Payload = msgpack array of records. ``encode(records: Sequence) -> bytes``;
+    ``decode(bytes) -> tuple`` of records (maps decode as dicts, arrays as tuples);
+    ``combine(chunks) -> list``. Datetimes/dates encode as ISO-8601 strings, numpy scalars as
+    Python numbers, Decimals as strings."""
+
+    name = "msgpack"
+
+    def __init__(self):
+        self._pack = msgpack.Packer(use_bin_type=True, default=_default).pack
+
+    def encode(self, records) -> bytes:
+        if not isinstance(records, (list, tuple)):
+            records = list(records)
+        try:
+            return self._pack(records)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise WireError(f"msgpack codec cannot encode records: {exc}") from None
+
+    def decode(self, payload) -> tuple:
+        try:
+            out = msgpack.unpackb(payload, use_list=False, raw=False, strict_map_key=False)
+        except Exception as exc:
+            raise WireError(f"msgpack payload does not decode: {exc}") from None
+        if not isinstance(out, tuple):
+            raise WireError(f"msgpack payload must be an array of records, got {type(out).__name__}")
+        return out
+
+    @staticmethod
+    def count(records) -> int:
+        return len(records)
+
+    @staticmethod
+    def combine(chunks: list) -> list:
+        out: list = []
+        for c in chunks:
+            out.extend(c)
+        return out
+
+
+class ArrowCodec:
+    """Payload = Arrow IPC stream with exactly one RecordBatch.
+
+    ``encode(records)`` takes a ``pyarrow.RecordBatch``, a ``pyarrow.Table`` (combined into one
+    batch) or a list of dicts; ``decode(bytes) -> pyarrow.RecordBatch`` (zero-copy over the frame);
+    ``combine(chunks) -> pyarrow.Table``."""
+
+    name = "arrow"
+
+    def __init__(self):
+        import pyarrow as pa
+        self._pa = pa
+
+    def encode(self, records) -> bytes:
+        pa = self._pa
+        if isinstance(records, pa.Table):
+            records = records.combine_chunks().to_batches()
+            records = records[0] if len(records) == 1 else pa.concat_batches(records)
+        elif not isinstance(records, pa.RecordBatch):
+            records = pa.RecordBatch.from_pylist(list(records))
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, records.schema) as writer:
+            writer.write_batch(records)
+        return sink.getvalue().to_pybytes()
+
+    def decode(self, payload):
+        pa = self._pa
+        try:
+            reader = pa.ipc.open_stream(pa.py_buffer(payload))
+            batches = list(reader)
+        except Exception as exc:
+            raise WireError(f"arrow payload does not decode: {exc}") from None
+        if len(batches) != 1:
+            raise WireError(f"arrow payload must hold exactly one RecordBatch, got {len(batches)}")
+        return batches[0]
+
+    @staticmethod
+    def count(records) -> int:
+        return records.num_rows
+
+    def combine(self, chunks: list):
+        return self._pa.Table.from_batches(chunks)
+
+
+CODECS = {"msgpack": MsgpackCodec, "arrow": ArrowCodec}
+_codec_cache: dict[str, Any] = {}
+
+
+def codec(name: str):
+    """The codec object for ``name`` (``"msgpack"`` or ``"arrow"``); ``ValueError`` otherwise."""
+    c = _codec_cache.get(name)
+    if c is None:
+        cls = CODECS.get(name)
+        if cls is None:
+            raise ValueError(f"unknown codec {name!r}; known codecs: {sorted(CODECS)}")
+        c = _codec_cache[name] = cls()
+    return c
