@@ -311,9 +311,9 @@ class Publisher:
                 if stop_at is not None:
                     if not backlog or now >= stop_at:
                         return
-                    timeout = 5
+                    timeout = 1
                 elif backlog:
-                    timeout = 5
+                    timeout = 1
                 else:
                     due = self._last_broadcast + self.heartbeat_interval - now
                     timeout = max(1, int(due * 1000))
@@ -417,6 +417,8 @@ class Publisher:
         for peer in self._peers.values():
             if peer.evicted:
                 continue
+            if peer.backlog:
+                self._drain_peer(peer)  # keep order: older queued messages go first
             if not peer.backlog:
                 try:
                     router.send_multipart([peer.ident, *frames], zmq.NOBLOCK)
@@ -450,27 +452,31 @@ class Publisher:
         peer.notice = wire.encode_notice("lagged", message, partition=self.partition)
         self.stats["subscribers_evicted"] += 1
 
-    def _drain_backlogs(self) -> None:
+    def _drain_peer(self, peer: _Peer) -> bool:
+        """Send what the peer's pipe takes from its backlog, then a pending notice. Returns
+        True when the peer is finished with (notice delivered, or the connection is gone)."""
         router = self._router
-        gone = []
-        for peer in self._peers.values():
-            try:
-                while peer.backlog:
-                    frames = peer.backlog[0]
-                    router.send_multipart([peer.ident, *frames], zmq.NOBLOCK)
-                    peer.backlog.popleft()
-                    peer.backlog_bytes -= _frames_nbytes(frames)
-                if peer.notice is not None:
-                    router.send_multipart([peer.ident, *peer.notice], zmq.NOBLOCK)
-                    peer.notice = None
-                    gone.append(peer.ident)
-            except zmq.Again:
-                continue
-            except zmq.ZMQError as exc:
-                if exc.errno == zmq.EHOSTUNREACH:
-                    gone.append(peer.ident)
-                    continue
-                raise
+        try:
+            while peer.backlog:
+                frames = peer.backlog[0]
+                router.send_multipart([peer.ident, *frames], zmq.NOBLOCK)
+                peer.backlog.popleft()
+                peer.backlog_bytes -= _frames_nbytes(frames)
+            if peer.notice is not None:
+                router.send_multipart([peer.ident, *peer.notice], zmq.NOBLOCK)
+                peer.notice = None
+                return True
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return True
+            raise
+        return False
+
+    def _drain_backlogs(self) -> None:
+        gone = [peer.ident for peer in self._peers.values()
+                if (peer.backlog or peer.notice) and self._drain_peer(peer)]
         for ident in gone:
             self._peers.pop(ident, None)
 

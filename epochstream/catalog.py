@@ -1,0 +1,514 @@
+"""The embedded topic catalog: where publishers announce their partitions and subscribers find them.
+
+The catalog is a single SQLite file (stdlib :mod:`sqlite3`, no server). By default it lives at
+``$EPOCHSTREAM_CATALOG`` if that environment variable is set, else at
+``./.epochstream/catalog.sqlite`` relative to the current working directory; missing parent
+directories are created. Several processes may open the same file at once: the database runs
+in WAL mode with a busy timeout of 5 s, and every read-modify-write happens inside one
+``BEGIN IMMEDIATE`` transaction, so two publishers racing for one partition cannot both win.
+A :class:`Catalog` object opens a fresh connection for each call, so it may be shared between
+threads.
+
+Schema
+------
+
+``topics`` — one row per topic::
+
+    name        TEXT PRIMARY KEY   -- the topic name
+    order_name  TEXT NOT NULL      -- the order's name: "total" or "product(n)" (order.by_name)
+    codec       TEXT NOT NULL      -- payload codec, e.g. "msgpack" or "arrow"
+    partitions  INTEGER NOT NULL   -- number of partitions, >= 1
+    schema      TEXT               -- optional payload schema (e.g. an Arrow schema as text/JSON)
+    created_at  REAL NOT NULL      -- time.time() of creation, seconds since the epoch
+
+``partitions`` — one row per *registered* partition of a topic (a partition that no publisher
+has registered yet has no row)::
+
+    topic       TEXT NOT NULL      -- topics.name (rows are deleted with their topic)
+    idx         INTEGER NOT NULL   -- partition index, 0 <= idx < topics.partitions
+    endpoint    TEXT NOT NULL      -- ZeroMQ endpoint subscribers connect to ("tcp://host:port")
+    ingest      TEXT               -- optional second endpoint (e.g. where producers push input)
+    state       TEXT NOT NULL      -- "live" (publisher running) or "closed" (finished cleanly)
+    incarnation TEXT NOT NULL      -- opaque id of this run of the publisher (uuid4 hex)
+    pid         INTEGER NOT NULL   -- OS process id of the publisher
+    pid_start   REAL               -- the process' start time (psutil), guards against pid reuse
+    host        TEXT               -- socket.gethostname() of the publisher's machine
+    upper       TEXT NOT NULL      -- JSON list of times: the final upper frontier once closed
+    updated_at  REAL NOT NULL      -- time.time() of the last register/heartbeat/close, seconds
+    PRIMARY KEY (topic, idx)
+
+Liveness
+--------
+
+The stored state is only ever ``live`` or ``closed``. When reading, a ``live`` row whose
+process is gone (no such pid, a zombie, or a pid reused by a different process) is reported with
+state ``"dead"``: liveness is judged *now*, by the reader, from the pid. Processes on another
+host cannot be checked and are assumed alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import psutil
+
+from .errors import CatalogError, PartitionHeld, TopicNotFound
+from .order import by_name
+
+__all__ = ["Catalog", "TopicInfo", "PartitionInfo", "default_catalog_path", "pid_alive"]
+
+ENV_VAR = "EPOCHSTREAM_CATALOG"
+DEFAULT_DIR = ".epochstream"
+DEFAULT_FILE = "catalog.sqlite"
+BUSY_TIMEOUT_S = 5.0
+POLL_INTERVAL_S = 0.05
+_FILE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+_HOST = socket.gethostname()
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS topics (
+    name        TEXT PRIMARY KEY,
+    order_name  TEXT NOT NULL,
+    codec       TEXT NOT NULL,
+    partitions  INTEGER NOT NULL CHECK (partitions >= 1),
+    schema      TEXT,
+    created_at  REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS partitions (
+    topic       TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    idx         INTEGER NOT NULL CHECK (idx >= 0),
+    endpoint    TEXT NOT NULL,
+    ingest      TEXT,
+    state       TEXT NOT NULL CHECK (state IN ('live', 'closed')),
+    incarnation TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    pid_start   REAL,
+    host        TEXT,
+    upper       TEXT NOT NULL DEFAULT '[]',
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (topic, idx)
+);
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# liveness
+
+
+def _process_start(pid: int) -> float | None:
+    """The start time of process ``pid`` (seconds since the epoch), or ``None`` if unknown."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int, pid_start: float | None = None, host: str | None = None) -> bool:
+    """Whether process ``pid`` is running now (on this host).
+
+    ``os.getpid()`` is always alive. A zombie (exited, not yet reaped) counts as dead. If
+    ``pid_start`` (the process start time recorded at registration) is given and the running
+    process ``pid`` started at a different time, the pid was reused: dead. A ``host`` other than
+    this machine's cannot be checked and is reported alive."""
+    if host is not None and host != _HOST:
+        return True
+    if pid == os.getpid():
+        return True
+    if pid is None or pid <= 0:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if pid_start is not None and abs(proc.create_time() - pid_start) > 1.0:
+            return False
+        return True
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:  # exists, owned by someone else
+        return True
+
+
+# --------------------------------------------------------------------------------------------
+# records
+
+
+def _to_time(t: Any) -> Any:
+    """JSON gives lists for tuples: turn every (nested) list back into a tuple."""
+    if isinstance(t, list):
+        return tuple(_to_time(x) for x in t)
+    return t
+
+
+def _encode_upper(upper: Any) -> str:
+    times = []
+    for t in upper:
+        if isinstance(t, (tuple, list)):
+            times.append([int(x) for x in t])
+        else:
+            times.append(int(t))
+    return json.dumps(times)
+
+
+def _decode_upper(text: str) -> tuple:
+    return tuple(_to_time(t) for t in json.loads(text or "[]"))
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One registered partition of a topic, as the catalog saw it when it was read.
+
+    - ``index``: partition number, ``0 <= index < TopicInfo.partitions``;
+    - ``endpoint``: ZeroMQ endpoint of its publisher; ``ingest``: optional second endpoint;
+    - ``state``: ``"live"``, ``"closed"`` or ``"dead"`` (stored ``live`` but the process is gone,
+      judged when read);
+    - ``incarnation``: id of the publisher run; ``pid``: its process id;
+    - ``upper``: the final upper frontier once ``closed`` (tuple of times: ints, or tuples for
+      product orders); ``()`` while live;
+    - ``updated_at``: ``time.time()`` of the last register/heartbeat/close, in seconds;
+    - ``host``, ``pid_start``: where and when the publisher process started (liveness checks).
+    """
+
+    index: int
+    endpoint: str
+    ingest: str | None
+    state: str
+    incarnation: str
+    pid: int
+    upper: tuple
+    updated_at: float
+    host: str | None = None
+    pid_start: float | None = None
+
+    @property
+    def alive(self) -> bool:
+        """``True`` iff the state is ``"live"`` and the publisher process is running now."""
+        return self.state == "live" and pid_alive(self.pid, self.pid_start, self.host)
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's definition plus its registered partitions (``partition_info``, sorted by index;
+    a partition nobody registered yet is absent, so it may hold fewer than ``partitions``)."""
+
+    name: str
+    order_name: str
+    codec: str
+    partitions: int
+    schema: str | None
+    partition_info: tuple[PartitionInfo, ...]
+
+    @property
+    def order(self):
+        """The order object (``epochstream.order.by_name(order_name)``)."""
+        return by_name(self.order_name)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every partition ``0..partitions-1`` is registered."""
+        return {p.index for p in self.partition_info} == set(range(self.partitions))
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """Endpoints of partitions ``0..partitions-1``, in order.
+
+        Raises :class:`CatalogError` naming the missing indices if some partition is not
+        registered."""
+        by_index = {p.index: p.endpoint for p in self.partition_info}
+        missing = [i for i in range(self.partitions) if i not in by_index]
+        if missing:
+            raise CatalogError(
+                f"topic {self.name!r}: partition(s) {missing} of {self.partitions} not registered "
+                f"by any publisher yet")
+        return tuple(by_index[i] for i in range(self.partitions))
+
+    def describe(self) -> str:
+        return (f"order={self.order_name!r}, codec={self.codec!r}, partitions={self.partitions}, "
+                f"schema={self.schema!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# catalog
+
+
+def default_catalog_path() -> Path:
+    """``$EPOCHSTREAM_CATALOG`` if set (a directory or a ``.sqlite`` file), else
+    ``./.epochstream/catalog.sqlite`` under the current working directory."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return _resolve(env)
+    return Path.cwd() / DEFAULT_DIR / DEFAULT_FILE
+
+
+def _resolve(path: str | os.PathLike) -> Path:
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return p / DEFAULT_FILE
+    if p.suffix.lower() in _FILE_SUFFIXES or p.is_file():
+        return p
+    return p / DEFAULT_FILE  # a directory that does not exist yet
+
+
+class Catalog:
+    """The topic catalog stored in one SQLite file (see the module docstring for the schema).
+
+    ``path``: a directory (the file is ``<dir>/catalog.sqlite``) or a file ending in
+    ``.sqlite``/``.sqlite3``/``.db`` (or any existing file). ``None`` means
+    ``$EPOCHSTREAM_CATALOG`` if set, else ``./.epochstream/catalog.sqlite`` in the current working
+    directory. Missing directories are created. Raises :class:`CatalogError` if the file cannot be
+    opened or created.
+
+    Safe to use from several threads and processes at once."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path: Path = (default_catalog_path() if path is None else _resolve(path)).absolute()
+        self._lock = threading.Lock()  # serialises writers inside this process
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CatalogError(f"cannot create catalog directory {self.path.parent}: {e}") from e
+        with self._connect() as conn:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":  # pragma: no cover - e.g. a filesystem without mmap
+                raise CatalogError(f"catalog {self.path}: cannot switch to WAL mode (got {mode!r})")
+            conn.executescript(_SCHEMA)
+
+    def __repr__(self) -> str:
+        return f"Catalog({str(self.path)!r})"
+
+    # ---- connections
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        try:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as e:
+            raise CatalogError(f"cannot open catalog {self.path}: {e}") from e
+        try:
+            conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA foreign_keys=ON")
+            yield conn
+        except sqlite3.Error as e:
+            raise CatalogError(f"catalog {self.path}: {e}") from e
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A connection inside ``BEGIN IMMEDIATE`` (committed on success, rolled back on error)."""
+        with self._lock, self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+
+    @staticmethod
+    def _existing(conn: sqlite3.Connection) -> list[str]:
+        return [r[0] for r in conn.execute("SELECT name FROM topics ORDER BY name")]
+
+    @staticmethod
+    def _partition(row) -> PartitionInfo:
+        idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, updated_at = row
+        if state == "live" and not pid_alive(pid, pid_start, host):
+            state = "dead"
+        return PartitionInfo(index=idx, endpoint=endpoint, ingest=ingest, state=state,
+                             incarnation=incarnation, pid=pid, upper=_decode_upper(upper),
+                             updated_at=updated_at, host=host, pid_start=pid_start)
+
+    def _read_topic(self, conn: sqlite3.Connection, topic: str) -> TopicInfo | None:
+        row = conn.execute(
+            "SELECT name, order_name, codec, partitions, schema FROM topics WHERE name = ?",
+            (topic,)).fetchone()
+        if row is None:
+            return None
+        parts = conn.execute(
+            "SELECT idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, "
+            "updated_at FROM partitions WHERE topic = ? ORDER BY idx", (topic,)).fetchall()
+        return TopicInfo(name=row[0], order_name=row[1], codec=row[2], partitions=row[3],
+                         schema=row[4], partition_info=tuple(self._partition(p) for p in parts))
+
+    # ---- topics
+
+    def create_topic(self, topic: str, *, order: Any = "total", codec: str = "msgpack",
+                     partitions: int = 1, schema: str | None = None) -> TopicInfo:
+        """Define ``topic`` and return its :class:`TopicInfo`.
+
+        - ``order``: an order object (anything with ``.name``, e.g. ``order.TOTAL``,
+          ``order.product(2)``) or its name (``"total"``, ``"product(n)"``); stored by name;
+        - ``codec``: payload codec name (``"msgpack"``, ``"arrow"``);
+        - ``partitions``: number of partitions, an int ``>= 1``;
+        - ``schema``: optional ``str`` describing the payload (e.g. an Arrow schema as text/JSON).
+
+        Idempotent: if the topic exists with the identical definition nothing changes. Raises
+        :class:`CatalogError` if it exists with a different definition (the message names both),
+        or if an argument is invalid (unknown order name, ``partitions < 1``, empty names)."""
+        if not isinstance(topic, str) or not topic:
+            raise CatalogError(f"topic name must be a non-empty string, got {topic!r}")
+        order_name = order if isinstance(order, str) else getattr(order, "name", None)
+        if not isinstance(order_name, str):
+            raise CatalogError(f"order must be an order object with .name or its name, got {order!r}")
+        try:
+            order_name = by_name(order_name).name
+        except ValueError as e:
+            raise CatalogError(f"topic {topic!r}: {e}") from None
+        if not isinstance(codec, str) or not codec:
+            raise CatalogError(f"topic {topic!r}: codec must be a non-empty string, got {codec!r}")
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise CatalogError(f"topic {topic!r}: partitions must be an int >= 1, got {partitions!r}")
+        if schema is not None and not isinstance(schema, str):
+            raise CatalogError(f"topic {topic!r}: schema must be a str or None, got "
+                               f"{type(schema).__name__}")
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT order_name, codec, partitions, schema FROM topics WHERE name = ?",
+                (topic,)).fetchone()
+            wanted = (order_name, codec, partitions, schema)
+            if row is None:
+                conn.execute(
+                    "INSERT INTO topics (name, order_name, codec, partitions, schema, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)", (topic, *wanted, time.time()))
+            elif tuple(row) != wanted:
+                have = TopicInfo(topic, *row, partition_info=())
+                want = TopicInfo(topic, *wanted, partition_info=())
+                raise CatalogError(
+                    f"topic {topic!r} already exists with a different definition: existing "
+                    f"({have.describe()}) vs requested ({want.describe()}); drop it first "
+                    f"(Catalog.drop_topic) or use another name")
+            return self._read_topic(conn, topic)
+
+    def drop_topic(self, topic: str) -> None:
+        """Delete ``topic`` and all its partition rows. Raises :class:`TopicNotFound` if absent."""
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM topics WHERE name = ?", (topic,)).fetchone() is None:
+                raise TopicNotFound(topic, self._existing(conn))
+            conn.execute("DELETE FROM partitions WHERE topic = ?", (topic,))
+            conn.execute("DELETE FROM topics WHERE name = ?", (topic,))
+
+    def topics(self) -> list[TopicInfo]:
+        """All topics with their registered partitions, sorted by name (liveness judged now)."""
+        with self._connect() as conn:
+            conn.execute("BEGIN")
+            try:
+                return [self._read_topic(conn, name) for name in self._existing(conn)]
+            finally:
+                conn.execute("COMMIT")
+
+    def lookup(self, topic: str, wait: float = 0.0) -> TopicInfo:
+        """Return ``topic``'s :class:`TopicInfo`, waiting up to ``wait`` seconds for it.
+
+        Polls every ~50 ms until the topic exists *and* each of its partitions is registered
+        with state ``live`` or ``closed`` (a ``dead`` holder is waited on, in the hope that it is
+        replaced), or until ``wait`` seconds have passed (``0`` = look once).
+
+        Raises :class:`TopicNotFound` (its ``existing`` lists the known topic names, sorted) if
+        the topic still does not exist. If the topic exists but is incomplete when the wait ends,
+        returns what exists: ``partition_info`` then lists only the registered partitions
+        (including ``dead`` ones), sorted by index — check :attr:`TopicInfo.complete`, or use
+        :attr:`TopicInfo.endpoints`, which raises."""
+        deadline = time.monotonic() + max(0.0, float(wait))
+        while True:
+            with self._connect() as conn:
+                conn.execute("BEGIN")
+                try:
+                    info = self._read_topic(conn, topic)
+                    existing = self._existing(conn) if info is None else None
+                finally:
+                    conn.execute("COMMIT")
+            ready = info is not None and info.complete and all(
+                p.state in ("live", "closed") for p in info.partition_info)
+            remaining = deadline - time.monotonic()
+            if ready or remaining <= 0:
+                if info is None:
+                    raise TopicNotFound(topic, existing)
+                return info
+            time.sleep(min(POLL_INTERVAL_S, remaining))
+
+    # ---- partitions
+
+    def register_partition(self, topic: str, partition: int, endpoint: str, *,
+                           ingest: str | None = None, pid: int | None = None,
+                           incarnation: str | None = None) -> str:
+        """Claim ``partition`` of ``topic`` for the publisher at ``endpoint``; return its incarnation.
+
+        - ``partition``: int, ``0 <= partition < partitions`` (else :class:`CatalogError`);
+        - ``endpoint``/``ingest``: ZeroMQ endpoints (``ingest`` optional);
+        - ``pid``: the publisher's process id, default ``os.getpid()``;
+        - ``incarnation``: id of this publisher run, default a fresh ``uuid4().hex``.
+
+        Sets state ``live``, clears ``upper``, stamps ``updated_at = time.time()``. Raises
+        :class:`TopicNotFound` if the topic does not exist, and :class:`PartitionHeld` if a
+        *live* publisher (state ``live`` and its process still running) with a different
+        incarnation holds the partition. A dead or closed holder is replaced. Re-registering
+        with the same incarnation updates the row."""
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            raise CatalogError(f"partition index must be an int, got {partition!r}")
+        if not isinstance(endpoint, str) or not endpoint:
+            raise CatalogError(f"endpoint must be a non-empty string, got {endpoint!r}")
+        pid = os.getpid() if pid is None else int(pid)
+        incarnation = uuid.uuid4().hex if incarnation is None else str(incarnation)
+        pid_start = _process_start(pid)
+        with self._write() as conn:
+            row = conn.execute("SELECT partitions FROM topics WHERE name = ?", (topic,)).fetchone()
+            if row is None:
+                raise TopicNotFound(topic, self._existing(conn))
+            if not 0 <= partition < row[0]:
+                raise CatalogError(
+                    f"topic {topic!r} has {row[0]} partition(s) (0..{row[0] - 1}); "
+                    f"cannot register partition {partition}")
+            held = conn.execute(
+                "SELECT idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, "
+                "updated_at FROM partitions WHERE topic = ? AND idx = ?",
+                (topic, partition)).fetchone()
+            if held is not None:
+                current = self._partition(held)
+                if current.incarnation != incarnation and current.state == "live":
+                    raise PartitionHeld(
+                        f"partition {partition} of topic {topic!r} is held by a live publisher "
+                        f"(pid {current.pid} on {current.host}, endpoint {current.endpoint}, "
+                        f"incarnation {current.incarnation}); stop it first")
+            conn.execute(
+                "INSERT OR REPLACE INTO partitions (topic, idx, endpoint, ingest, state, "
+                "incarnation, pid, pid_start, host, upper, updated_at) "
+                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, '[]', ?)",
+                (topic, partition, endpoint, ingest, incarnation, pid, pid_start, _HOST,
+                 time.time()))
+        return incarnation
+
+    def close_partition(self, topic: str, partition: int, incarnation: str,
+                        upper: Any = ()) -> bool:
+        """Mark ``partition`` of ``topic`` closed, storing its final upper frontier ``upper``
+        (an iterable of times: ints, or tuples of ints for product orders; read back as tuples).
+
+        Only acts if the stored incarnation is ``incarnation``; otherwise (replaced by another
+        publisher, or topic dropped) it is a no-op. Returns whether a row was updated (callers
+        may ignore it). ``updated_at`` becomes ``time.time()``."""
+        text = _encode_upper(upper)
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE partitions SET state = 'closed', upper = ?, updated_at = ? "
+                "WHERE topic = ? AND idx = ? AND incarnation = ?",
+                (text, time.time(), topic, partition, incarnation))
+            return cur.rowcount > 0
+
+    def heartbeat(self, topic: str, partition: int, incarnation: str) -> bool:
+        """Stamp ``updated_at = time.time()`` (seconds) on ``partition`` of ``topic`` if it is
+        still held by ``incarnation``. Returns whether it was (``False``: replaced or dropped)."""
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE partitions SET updated_at = ? WHERE topic = ? AND idx = ? "
+                "AND incarnation = ?", (time.time(), topic, partition, incarnation))
+            return cur.rowcount > 0

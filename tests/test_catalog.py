@@ -1,0 +1,466 @@
+"""Tests of epochstream.catalog against real SQLite files and real processes (no mocks)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from epochstream.catalog import Catalog, PartitionInfo, TopicInfo, pid_alive
+from epochstream.errors import CatalogError, PartitionHeld, TopicNotFound
+from epochstream.order import TOTAL, product
+
+# A publisher stand-in: registers a partition (after an optional delay), prints the outcome,
+# then stays alive until its stdin is closed.
+_PUBLISHER = textwrap.dedent("""
+    import sys, time
+    from epochstream.catalog import Catalog
+    from epochstream.errors import PartitionHeld
+    path, topic, partition, delay = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    time.sleep(delay)
+    cat = Catalog(path)
+    try:
+        inc = cat.register_partition(topic, partition, f"tcp://127.0.0.1:{5000 + partition}")
+        print("won", inc, flush=True)
+    except PartitionHeld as e:
+        print("held", e, flush=True)
+    sys.stdin.read()
+""")
+
+
+def _spawn(path, topic, partition=0, delay=0.0) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", _PUBLISHER, str(path), topic, str(partition), str(delay)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.stdin.close()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def cat(tmp_path) -> Catalog:
+    return Catalog(tmp_path / "cat.sqlite")
+
+
+# ---- paths -----------------------------------------------------------------------------------
+
+
+def test_default_path_is_under_cwd(tmp_path, monkeypatch):
+    monkeypatch.delenv("EPOCHSTREAM_CATALOG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    c = Catalog()
+    assert c.path == tmp_path / ".epochstream" / "catalog.sqlite"
+    assert c.path.is_file()
+
+
+def test_env_var_overrides_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EPOCHSTREAM_CATALOG", str(tmp_path / "elsewhere" / "x.sqlite"))
+    c = Catalog()
+    assert c.path == tmp_path / "elsewhere" / "x.sqlite"
+    assert not (tmp_path / ".epochstream").exists()
+
+
+def test_directory_path_gets_default_file_name(tmp_path):
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    assert Catalog(existing).path == existing / "catalog.sqlite"
+    assert Catalog(tmp_path / "new" / "dir").path == tmp_path / "new" / "dir" / "catalog.sqlite"
+    assert Catalog(str(tmp_path / "f.sqlite")).path == tmp_path / "f.sqlite"
+
+
+def test_wal_mode_and_schema(cat):
+    conn = sqlite3.connect(cat.path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        conn.close()
+    assert {"topics", "partitions"} <= tables
+
+
+def test_unopenable_path_raises_catalog_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(CatalogError, match="cannot create catalog directory"):
+        Catalog(blocker / "sub" / "cat.sqlite")
+
+
+def test_not_a_database_raises_catalog_error(tmp_path):
+    bogus = tmp_path / "bogus.sqlite"
+    bogus.write_bytes(b"this is definitely not sqlite" * 100)
+    with pytest.raises(CatalogError, match="bogus.sqlite"):
+        Catalog(bogus)
+
+
+# ---- topics ----------------------------------------------------------------------------------
+
+
+def test_create_topic_returns_info_and_is_idempotent(cat):
+    info = cat.create_topic("flights", order=product(2), codec="arrow", partitions=3,
+                            schema='{"fields": []}')
+    assert info == TopicInfo("flights", "product(2)", "arrow", 3, '{"fields": []}', ())
+    assert info.order is product(2)
+    again = cat.create_topic("flights", order="product(2)", codec="arrow", partitions=3,
+                             schema='{"fields": []}')
+    assert again == info
+    assert [t.name for t in cat.topics()] == ["flights"]
+
+
+def test_create_topic_defaults(cat):
+    info = cat.create_topic("t")
+    assert (info.order_name, info.codec, info.partitions, info.schema) == ("total", "msgpack", 1, None)
+    assert info.order is TOTAL
+
+
+def test_conflicting_definition_names_both(cat):
+    cat.create_topic("t", order="total", partitions=2)
+    with pytest.raises(CatalogError) as ei:
+        cat.create_topic("t", order="product(3)", partitions=2)
+    msg = str(ei.value)
+    assert "'t'" in msg and "'total'" in msg and "'product(3)'" in msg
+    with pytest.raises(CatalogError, match="partitions=4"):
+        cat.create_topic("t", partitions=4)
+    with pytest.raises(CatalogError, match="schema"):
+        cat.create_topic("t", partitions=2, schema="x")
+    assert cat.lookup("t").order_name == "total"  # unchanged
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"partitions": 0}, "partitions must be an int >= 1"),
+    ({"partitions": True}, "partitions must be an int >= 1"),
+    ({"partitions": 1.5}, "partitions must be an int >= 1"),
+    ({"order": "lexicographic"}, "unknown order"),
+    ({"order": 42}, "order must be"),
+    ({"codec": ""}, "codec"),
+    ({"schema": {"a": 1}}, "schema must be a str"),
+])
+def test_create_topic_rejects_bad_arguments(cat, kwargs, match):
+    with pytest.raises(CatalogError, match=match):
+        cat.create_topic("t", **kwargs)
+    assert cat.topics() == []
+
+
+def test_topics_sorted_and_drop(cat):
+    for name in ("b", "c", "a"):
+        cat.create_topic(name)
+    cat.register_partition("b", 0, "tcp://b")
+    assert [t.name for t in cat.topics()] == ["a", "b", "c"]
+    cat.drop_topic("b")
+    assert [t.name for t in cat.topics()] == ["a", "c"]
+    with pytest.raises(TopicNotFound):
+        cat.lookup("b")
+    # re-creating after a drop starts with no partitions registered
+    assert cat.create_topic("b", partitions=2).partition_info == ()
+    with pytest.raises(TopicNotFound) as ei:
+        cat.drop_topic("zzz")
+    assert ei.value.existing == ("a", "b", "c")
+
+
+def test_lookup_unknown_lists_existing(cat):
+    cat.create_topic("beta")
+    cat.create_topic("alpha")
+    t0 = time.monotonic()
+    with pytest.raises(TopicNotFound) as ei:
+        cat.lookup("gamma", wait=0.1)
+    assert time.monotonic() - t0 >= 0.1
+    assert ei.value.topic == "gamma"
+    assert ei.value.existing == ("alpha", "beta")
+    assert "alpha, beta" in str(ei.value)
+
+
+def test_infos_are_frozen(cat):
+    cat.create_topic("t")
+    cat.register_partition("t", 0, "tcp://x")
+    info = cat.lookup("t")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.name = "u"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.partition_info[0].state = "closed"
+
+
+# ---- partitions ------------------------------------------------------------------------------
+
+
+def test_register_and_lookup(cat):
+    cat.create_topic("t", partitions=2)
+    before = time.time()
+    inc0 = cat.register_partition("t", 0, "tcp://h:1", ingest="tcp://h:2")
+    inc1 = cat.register_partition("t", 1, "tcp://h:3", incarnation="fixed")
+    assert len(inc0) == 32 and inc1 == "fixed"
+    info = cat.lookup("t")
+    assert info.complete
+    assert info.endpoints == ("tcp://h:1", "tcp://h:3")
+    p0, p1 = info.partition_info
+    assert (p0.index, p0.endpoint, p0.ingest, p0.state, p0.incarnation, p0.pid, p0.upper) == \
+        (0, "tcp://h:1", "tcp://h:2", "live", inc0, os.getpid(), ())
+    assert p0.alive and p1.alive
+    assert before <= p0.updated_at <= time.time()
+    assert p1.ingest is None
+
+
+def test_register_unknown_topic_and_bad_index(cat):
+    cat.create_topic("t", partitions=2)
+    with pytest.raises(TopicNotFound) as ei:
+        cat.register_partition("nope", 0, "tcp://x")
+    assert ei.value.existing == ("t",)
+    for bad in (2, -1, 10):
+        with pytest.raises(CatalogError, match=r"has 2 partition\(s\)"):
+            cat.register_partition("t", bad, "tcp://x")
+    with pytest.raises(CatalogError, match="must be an int"):
+        cat.register_partition("t", "0", "tcp://x")
+    assert cat.lookup("t").partition_info == ()
+
+
+def test_live_holder_in_this_process_refuses_other_incarnation(cat):
+    cat.create_topic("t")
+    inc = cat.register_partition("t", 0, "tcp://a")
+    with pytest.raises(PartitionHeld, match=inc):
+        cat.register_partition("t", 0, "tcp://b")
+    # same incarnation may re-register (e.g. a new endpoint after a rebind)
+    assert cat.register_partition("t", 0, "tcp://c", incarnation=inc) == inc
+    assert cat.lookup("t").endpoints == ("tcp://c",)
+
+
+def test_closed_partition_can_be_taken_over(cat):
+    cat.create_topic("t")
+    inc = cat.register_partition("t", 0, "tcp://a")
+    cat.close_partition("t", 0, inc, upper=[7])
+    new = cat.register_partition("t", 0, "tcp://b")
+    p = cat.lookup("t").partition_info[0]
+    assert (p.state, p.incarnation, p.upper, p.endpoint) == ("live", new, (), "tcp://b")
+
+
+def test_close_partition_stores_upper_as_tuples(cat):
+    cat.create_topic("p", order="product(2)")
+    cat.create_topic("t")
+    ip = cat.register_partition("p", 0, "tcp://p")
+    it = cat.register_partition("t", 0, "tcp://t")
+    assert cat.close_partition("p", 0, ip, upper=[(3, 1), [1, 4]]) is True
+    cat.close_partition("t", 0, it, upper=(12,))
+    p = cat.lookup("p").partition_info[0]
+    assert p.state == "closed" and not p.alive
+    assert p.upper == ((3, 1), (1, 4))
+    assert all(isinstance(t, tuple) for t in p.upper)
+    assert cat.lookup("t").partition_info[0].upper == (12,)
+
+
+def test_close_with_wrong_incarnation_is_noop(cat):
+    cat.create_topic("t")
+    inc = cat.register_partition("t", 0, "tcp://a")
+    assert cat.close_partition("t", 0, "someone-else", upper=[5]) is False
+    p = cat.lookup("t").partition_info[0]
+    assert (p.state, p.incarnation, p.upper) == ("live", inc, ())
+
+
+def test_heartbeat_updates_updated_at(cat):
+    cat.create_topic("t")
+    inc = cat.register_partition("t", 0, "tcp://a")
+    first = cat.lookup("t").partition_info[0].updated_at
+    time.sleep(0.02)
+    assert cat.heartbeat("t", 0, inc) is True
+    second = cat.lookup("t").partition_info[0].updated_at
+    assert second > first
+    assert cat.heartbeat("t", 0, "stale") is False
+    assert cat.lookup("t").partition_info[0].updated_at == second
+
+
+def test_endpoints_raises_when_incomplete(cat):
+    cat.create_topic("t", partitions=3)
+    cat.register_partition("t", 1, "tcp://one")
+    info = cat.lookup("t")
+    assert not info.complete
+    assert [p.index for p in info.partition_info] == [1]
+    with pytest.raises(CatalogError, match=r"partition\(s\) \[0, 2\] of 3 not registered"):
+        info.endpoints
+
+
+def test_lookup_wait_returns_partial_after_timeout(cat):
+    cat.create_topic("t", partitions=2)
+    cat.register_partition("t", 1, "tcp://one")
+    t0 = time.monotonic()
+    info = cat.lookup("t", wait=0.1)
+    elapsed = time.monotonic() - t0
+    assert 0.1 <= elapsed < 2
+    assert [p.index for p in info.partition_info] == [1]
+
+
+def test_lookup_without_wait_returns_immediately(cat):
+    cat.create_topic("t", partitions=2)
+    t0 = time.monotonic()
+    assert cat.lookup("t").partition_info == ()
+    assert time.monotonic() - t0 < 0.2
+
+
+def test_lookup_waits_for_topic_and_partitions_from_thread(cat):
+    def later():
+        time.sleep(0.15)
+        cat.create_topic("t", partitions=2)
+        cat.register_partition("t", 0, "tcp://0")
+        time.sleep(0.1)
+        cat.register_partition("t", 1, "tcp://1")
+
+    th = threading.Thread(target=later)
+    th.start()
+    try:
+        t0 = time.monotonic()
+        info = cat.lookup("t", wait=5)
+        assert time.monotonic() - t0 < 3
+        assert info.endpoints == ("tcp://0", "tcp://1")
+    finally:
+        th.join()
+
+
+# ---- liveness across processes ---------------------------------------------------------------
+
+
+def test_pid_alive_basics():
+    assert pid_alive(os.getpid())
+    assert not pid_alive(0)
+    assert not pid_alive(-5)
+    # a pid that exists but started at another time was reused: dead
+    assert pid_alive(os.getppid())
+    start = psutil.Process(os.getppid()).create_time()
+    assert pid_alive(os.getppid(), start)
+    assert not pid_alive(os.getppid(), start - 1000)
+    # processes on another host cannot be checked: assumed alive
+    assert pid_alive(999_999_999, None, host="some-other-host")
+
+
+def test_live_subprocess_holds_then_dead_one_is_replaced(tmp_path):
+    path = tmp_path / "cat.sqlite"
+    cat = Catalog(path)
+    cat.create_topic("t")
+    proc = _spawn(path, "t")
+    try:
+        outcome, inc = proc.stdout.readline().split()
+        assert outcome == "won"
+        p = cat.lookup("t").partition_info[0]
+        assert (p.state, p.pid, p.incarnation) == ("live", proc.pid, inc) and p.alive
+        with pytest.raises(PartitionHeld, match=f"pid {proc.pid}"):
+            cat.register_partition("t", 0, "tcp://mine")
+    finally:
+        proc.kill()
+        proc.wait()
+    p = cat.lookup("t").partition_info[0]
+    assert p.state == "dead" and not p.alive
+    assert [t.partition_info[0].state for t in cat.topics()] == ["dead"]
+    mine = cat.register_partition("t", 0, "tcp://mine")
+    p = cat.lookup("t").partition_info[0]
+    assert (p.state, p.pid, p.incarnation, p.endpoint) == ("live", os.getpid(), mine, "tcp://mine")
+
+
+def test_zombie_holder_counts_as_dead(cat):
+    cat.create_topic("t")
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 5
+        while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "child did not exit"
+            time.sleep(0.01)
+        cat.register_partition("t", 0, "tcp://z", pid=proc.pid)
+        assert cat.lookup("t").partition_info[0].state == "dead"
+        cat.register_partition("t", 0, "tcp://mine")  # not refused
+    finally:
+        proc.wait()
+
+
+def test_exactly_one_of_racing_processes_wins(tmp_path):
+    path = tmp_path / "cat.sqlite"
+    Catalog(path).create_topic("t")
+    procs = [_spawn(path, "t") for _ in range(4)]
+    try:
+        outcomes = [p.stdout.readline().split()[0] for p in procs]
+        assert sorted(outcomes) == ["held", "held", "held", "won"]
+        winner = procs[outcomes.index("won")]
+        assert Catalog(path).lookup("t").partition_info[0].pid == winner.pid
+    finally:
+        for p in procs:
+            _finish(p)
+
+
+def test_lookup_waits_for_a_publisher_process(tmp_path):
+    path = tmp_path / "cat.sqlite"
+    cat = Catalog(path)
+    cat.create_topic("t", partitions=2)
+    procs = [_spawn(path, "t", 0, 0.0), _spawn(path, "t", 1, 0.15)]
+    try:
+        info = cat.lookup("t", wait=10)
+        assert info.complete
+        assert [p.pid for p in info.partition_info] == [procs[0].pid, procs[1].pid]
+        assert all(p.state == "live" for p in info.partition_info)
+    finally:
+        for p in procs:
+            _finish(p)
+
+
+def test_lookup_waits_for_dead_holder_to_be_replaced(tmp_path):
+    path = tmp_path / "cat.sqlite"
+    cat = Catalog(path)
+    cat.create_topic("t")
+    dead = _spawn(path, "t")
+    assert dead.stdout.readline().startswith("won")
+    dead.kill()
+    dead.wait()
+    # with no wait, the dead holder is reported as is
+    assert cat.lookup("t").partition_info[0].state == "dead"
+    fresh = _spawn(path, "t", 0, 0.1)
+    try:
+        info = cat.lookup("t", wait=10)
+        assert info.partition_info[0].state == "live"
+        assert info.partition_info[0].pid == fresh.pid
+    finally:
+        _finish(fresh)
+
+
+def test_concurrent_threads_share_one_catalog(cat):
+    cat.create_topic("t", partitions=16)
+    errors = []
+
+    def work(i):
+        try:
+            inc = cat.register_partition("t", i, f"tcp://h:{i}")
+            cat.heartbeat("t", i, inc)
+            cat.lookup("t")
+            cat.close_partition("t", i, inc, upper=[i])
+        except Exception as e:  # collected and asserted on below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    info = cat.lookup("t")
+    assert [(p.index, p.state, p.upper) for p in info.partition_info] == \
+        [(i, "closed", (i,)) for i in range(16)]
+
+
+def test_partition_info_positional_fields():
+    p = PartitionInfo(0, "tcp://x", None, "closed", "inc", 1, (), 0.0)
+    assert not p.alive
+    assert [f.name for f in dataclasses.fields(p)][:8] == [
+        "index", "endpoint", "ingest", "state", "incarnation", "pid", "upper", "updated_at"]
+    t = TopicInfo("t", "total", "msgpack", 1, None, (p,))
+    assert t.endpoints == ("tcp://x",) and t.order is TOTAL
+
+
+def test_catalog_path_attribute_is_path(cat, tmp_path):
+    assert isinstance(cat.path, Path) and cat.path == tmp_path / "cat.sqlite"
