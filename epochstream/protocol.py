@@ -95,17 +95,29 @@ class Epoch:
 class PublisherProtocol:
     """One partition's side of the protocol (Strymon "Publisher Logic").
 
-    The lower frontier starts as ``{order.minimum: +1}`` — the upstream's initial capability — and
+    The lower frontier starts as ``{start: +1}`` — the upstream's initial capability, by default
+    ``order.minimum``; a restarted publisher resumes at the first epoch it has not completed — and
     the upper frontier empty. Thread-unsafe; one instance per partition.
+
+    ``strict``: reject a :meth:`progress` batch that would leave any capability count negative
+    (it releases a capability never held). Timely tolerates transient negative counts when
+    updates of several workers arrive out of order; a publisher fed by a single upstream, as
+    here, never needs them, so the transport's :class:`~epochstream.transport.Publisher` is
+    strict by default. The pure protocol defaults to timely's lenient semantics.
     """
 
-    __slots__ = ("order", "_lower", "_upper", "_check")
+    __slots__ = ("order", "_lower", "_upper", "_check", "strict")
 
-    def __init__(self, order):
+    def __init__(self, order, *, start=None, strict: bool = False):
         self.order = order
-        self._lower = MutableAntichain(order, [(order.minimum, 1)])
-        self._upper = Antichain(dual(order))
         self._check = getattr(order, "check", None)
+        if start is None:
+            start = order.minimum
+        elif self._check is not None:
+            start = self._check(start)
+        self._lower = MutableAntichain(order, [(start, 1)])
+        self._upper = Antichain(dual(order))
+        self.strict = strict
 
     @property
     def lower(self) -> tuple:
@@ -141,6 +153,15 @@ class PublisherProtocol:
             if isinstance(delta, bool) or not isinstance(delta, int):
                 raise ProtocolError(f"progress update {item!r}: delta must be an int")
             checked.append((t, delta))
+        if self.strict:
+            net: dict = {}
+            for t, delta in checked:
+                net[t] = net.get(t, 0) + delta
+            for t, delta in net.items():
+                if self._lower.count_for(t) + delta < 0:
+                    raise ProtocolError(
+                        f"progress update releases a capability never held: time {t!r} would have "
+                        f"count {self._lower.count_for(t) + delta} (held {self._lower.count_for(t)})")
         changes = self._lower.update_iter(checked)
         return LowerFrontierUpdate(tuple(changes)) if changes else None
 
@@ -192,12 +213,16 @@ class SubscriberProtocol:
       elements separately;
     - retirement: filter element ``f`` is removed once no merged lower element is ``<= f``.
 
+    ``floor``: times (an antichain) the subscriber has already seen complete — after a re-join
+    (eviction, publisher restart) data at ``t`` is also dropped unless some floor element is
+    ``<= t``, so no epoch is delivered twice.
+
     Raises :class:`ProtocolError` for a partition out of range, a second snapshot from a
     partition, a message before a partition's snapshot, or delivered data behind the merged lower
     frontier. The state is unchanged by a rejected message.
     """
 
-    def __init__(self, order, partitions: int = 1):
+    def __init__(self, order, partitions: int = 1, *, floor=None):
         if not isinstance(partitions, int) or partitions < 1:
             raise ValueError(f"partitions must be an int >= 1, got {partitions!r}")
         self.order = order
@@ -209,7 +234,8 @@ class SubscriberProtocol:
         self._filter = Antichain(dual(order))
         self._le = order.le
         self._check = getattr(order, "check", None)
-        self.dropped = 0  # data messages dropped by the filter
+        self._floor = None if floor is None else Antichain(order, floor)
+        self.dropped = 0  # data messages dropped by the filter (or the floor)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -237,9 +263,16 @@ class SubscriberProtocol:
         """True once ready and the merged lower frontier is empty: no more data can arrive."""
         return self._ready and self._lower.is_empty()
 
+    @property
+    def filtering(self) -> bool:
+        """True while some data may still be dropped (a filter element or a floor is set)."""
+        return bool(self._filter) or self._floor is not None
+
     def passes(self, time) -> bool:
         """True iff data at ``time`` would pass the current filter (lets the transport skip
         decoding payloads that will be dropped). Only meaningful once ``ready``."""
+        if self._floor is not None and not self._floor.less_equal(time):
+            return False
         le = self._le
         for f in self._filter:
             if le(time, f):
@@ -307,6 +340,9 @@ class SubscriberProtocol:
                     if le(t, f):
                         self.dropped += 1
                         return []
+            if self._floor is not None and not self._floor.less_equal(t):
+                self.dropped += 1
+                return []
             if not self._lower.less_equal(t):
                 raise ProtocolError(
                     f"data at time {t!r} is behind the merged lower frontier {list(self.lower)!r}")
@@ -315,7 +351,7 @@ class SubscriberProtocol:
         if self._check is not None:
             updates = [(self._check(t), d) for t, d in updates]
         changes = self._lower.update_iter(updates)
-        if self._filter:
+        if self._filter or self._floor is not None:
             self._retire()
         return [LowerFrontierUpdate(tuple(changes))] if changes else []
 
@@ -324,6 +360,10 @@ class SubscriberProtocol:
         keep = [f for f in self._filter if lower.less_equal(f)]
         if len(keep) != len(self._filter):
             self._filter = Antichain(self._filter.order, keep)
+        # The floor is retired once every merged lower element is at or beyond it: all data that
+        # can still arrive is then beyond the floor anyway.
+        if self._floor is not None and all(self._floor.less_equal(t) for t in lower.frontier):
+            self._floor = None
 
 
 def _concat(chunks: list) -> list:

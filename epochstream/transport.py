@@ -42,7 +42,7 @@ from .order import TOTAL, by_name
 from .protocol import (DataMessage, Epoch, EpochAssembler, InitialFrontierSnapshot,
                        LowerFrontierUpdate, PublisherProtocol, SubscriberProtocol)
 
-__all__ = ["Publisher", "Subscriber"]
+__all__ = ["Publisher", "Subscriber", "Gap"]
 
 log = logging.getLogger("epochstream.transport")
 
@@ -58,10 +58,11 @@ _CMD_STOP = b"Q"
 class _Peer:
     """Loop-side state of one connected subscriber."""
 
-    __slots__ = ("ident", "backlog", "backlog_bytes", "evicted", "notice", "joined", "sent")
+    __slots__ = ("ident", "backlog", "backlog_bytes", "evicted", "notice", "joined", "sent", "credit")
 
-    def __init__(self, ident: bytes, now: float):
+    def __init__(self, ident: bytes, now: float, credit: int | None = None):
         self.ident = ident
+        self.credit = credit  # None: no flow control; else messages it may still be sent
         self.backlog: collections.deque = collections.deque()
         self.backlog_bytes = 0
         self.evicted = False
@@ -102,6 +103,17 @@ class Publisher:
         evicted with a ``lagged`` notice.
     queue_hwm:
         how many messages the caller may be ahead of the loop before calls block.
+    start:
+        the initial capability (default ``order.minimum``): a restarted publisher resumes at the
+        first epoch it has not completed.
+    strict:
+        reject progress updates that release a capability never held (see
+        :class:`~epochstream.protocol.PublisherProtocol`).
+
+    Flow control: a subscriber that opens with credit (``Subscriber(credit=N)``) is sent at most
+    its granted messages; beyond that its messages wait in its backlog, and when that backlog is
+    full the loop stops taking new calls, so :meth:`send` blocks (back-pressure) instead of the
+    subscriber being evicted.
 
     Raises :class:`~epochstream.errors.ProtocolError` from :meth:`send`, :meth:`progress` and
     :meth:`advance_to` for invalid input (nothing is sent), ``zmq.ZMQError`` if the endpoint
@@ -113,7 +125,8 @@ class Publisher:
                  schema: str | None = None, ingest: str | None = None,
                  heartbeat_interval: float = 1.0, sndhwm: int = 1000,
                  max_queue_messages: int = 100_000, max_queue_bytes: int = 256 << 20,
-                 queue_hwm: int = 1000, context: zmq.Context | None = None):
+                 queue_hwm: int = 1000, start=None, strict: bool = True,
+                 context: zmq.Context | None = None):
         if isinstance(order, str):
             order = by_name(order)
         if not isinstance(partition, int) or not 0 <= partition < partitions:
@@ -127,8 +140,8 @@ class Publisher:
         self.max_queue_messages = int(max_queue_messages)
         self.max_queue_bytes = int(max_queue_bytes)
         self.incarnation = uuid.uuid4().hex
-        self._protocol = PublisherProtocol(order)
-        self._capability = order.minimum
+        self._protocol = PublisherProtocol(order, start=start, strict=strict)
+        self._capability = self._protocol.lower[0]
         self._lock = threading.Lock()
         self._closed = False
         self._ctx = context or zmq.Context.instance()
@@ -161,7 +174,7 @@ class Publisher:
 
         # loop-side state (touched only by the loop thread)
         self._peers: dict[bytes, _Peer] = {}
-        self._loop_lower: dict = {order.minimum: True}
+        self._loop_lower: dict = {self._capability: True}
         from .frontier import Antichain
         from .order import dual
         self._loop_upper = Antichain(dual(order))
@@ -299,15 +312,23 @@ class Publisher:
                 f"lower={list(self.lower)!r}, upper={list(self.upper)!r})")
 
     # -- loop side -------------------------------------------------------------------------
+    def _flow_blocked(self) -> bool:
+        """True while a flow-controlled subscriber's backlog is full: stop taking calls."""
+        limit = self.max_queue_messages
+        return any(p.credit is not None and len(p.backlog) >= limit for p in self._peers.values())
+
     def _loop(self) -> None:
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)
         poller.register(self._cmd_in, zmq.POLLIN)
+        blocked_poller = zmq.Poller()  # while flow control holds the producer back
+        blocked_poller.register(self._router, zmq.POLLIN)
         stop_at = None
         try:
             while True:
                 now = _time.monotonic()
                 backlog = any(p.backlog or p.notice for p in self._peers.values())
+                blocked = backlog and stop_at is None and self._flow_blocked()
                 if stop_at is not None:
                     if not backlog or now >= stop_at:
                         return
@@ -317,7 +338,7 @@ class Publisher:
                 else:
                     due = self._last_broadcast + self.heartbeat_interval - now
                     timeout = max(1, int(due * 1000))
-                events = dict(poller.poll(timeout))
+                events = dict((blocked_poller if blocked else poller).poll(timeout))
                 if self._router in events:
                     self._handle_peers()
                 if self._cmd_in in events:
@@ -332,7 +353,10 @@ class Publisher:
                 if backlog:
                     self._drain_backlogs()
                 if stop_at is None and _time.monotonic() - self._last_broadcast >= self.heartbeat_interval:
-                    self._broadcast(wire.encode_heartbeat(list(self._loop_lower)))
+                    if blocked:
+                        self._probe_blocked()
+                    else:
+                        self._broadcast(wire.encode_heartbeat(list(self._loop_lower)))
         except Exception:  # a bug here must not pass silently
             log.exception("publisher loop %s/%s died", self.topic, self.partition)
             raise
@@ -379,9 +403,23 @@ class Publisher:
                 continue
             if kind == wire.HELLO:
                 self._hello(ident, header)
+            elif kind == wire.CREDIT:
+                peer = self._peers.get(ident)
+                n = header.get("messages")
+                if peer is None or peer.credit is None or not isinstance(n, int) or n < 0:
+                    self._send_direct(ident, wire.encode_notice(
+                        "error", f"credit {n!r} refused: not a flow-controlled subscriber or not a count"))
+                else:
+                    peer.credit += n
+                    self._drain_peer(peer)
             elif kind == wire.BYE:
                 self._peers.pop(ident, None)
-            # PING: nothing to do; ZMTP heartbeats keep the connection's liveness.
+            elif ident not in self._peers:  # PING from a peer we do not know (restart, eviction)
+                self._send_direct(ident, wire.encode_notice(
+                    "rejoin", f"publisher {self.topic!r} partition {self.partition} (incarnation "
+                              f"{self.incarnation}) does not know this subscriber",
+                    incarnation=self.incarnation, partition=self.partition))
+            # PING from a known peer: nothing to do (ZMTP heartbeats keep the connection).
 
     def _hello(self, ident: bytes, header: dict) -> None:
         topic, partition = header.get("topic"), header.get("partition")
@@ -395,9 +433,13 @@ class Publisher:
         frames = wire.encode_snapshot(
             snap, topic=self.topic, partition=self.partition, order=getattr(self.order, "name", ""),
             codec=self.codec.name, incarnation=self.incarnation, heartbeat=self.heartbeat_interval)
+        credit = header.get("credit")
+        if credit is not None and (not isinstance(credit, int) or isinstance(credit, bool) or credit < 1):
+            self._send_direct(ident, wire.encode_notice("error", f"credit {credit!r} must be an int >= 1"))
+            return
         self._peers.pop(ident, None)
         if self._send_direct(ident, frames):
-            self._peers[ident] = _Peer(ident, _time.monotonic())
+            self._peers[ident] = _Peer(ident, _time.monotonic(), credit)
             self.stats["subscribers_joined"] += 1
 
     def _send_direct(self, ident: bytes, frames) -> bool:
@@ -419,9 +461,11 @@ class Publisher:
                 continue
             if peer.backlog:
                 self._drain_peer(peer)  # keep order: older queued messages go first
-            if not peer.backlog:
+            if not peer.backlog and (peer.credit is None or peer.credit > 0):
                 try:
                     router.send_multipart([peer.ident, *frames], zmq.NOBLOCK)
+                    if peer.credit is not None:
+                        peer.credit -= 1
                     continue
                 except zmq.Again:
                     pass
@@ -432,12 +476,31 @@ class Publisher:
                     raise
             peer.backlog.append(frames)
             peer.backlog_bytes += _frames_nbytes(frames)
-            if (len(peer.backlog) > self.max_queue_messages
-                    or peer.backlog_bytes > self.max_queue_bytes):
+            if peer.credit is None and (len(peer.backlog) > self.max_queue_messages
+                                        or peer.backlog_bytes > self.max_queue_bytes):
                 self._evict(peer)
         if gone:
             for ident in gone:
                 self._peers.pop(ident, None)
+                self.stats["subscribers_lost"] += 1
+
+    def _probe_blocked(self) -> None:
+        """While flow control blocks the loop, send flow-controlled peers a heartbeat outside
+        their credit (liveness only): a peer whose connection is gone is forgotten, which
+        unblocks the producer."""
+        self._last_broadcast = _time.monotonic()
+        frames = wire.encode_heartbeat(list(self._loop_lower))
+        for peer in list(self._peers.values()):
+            if peer.credit is None or not peer.backlog:
+                continue
+            try:
+                self._router.send_multipart([peer.ident, *frames], zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH:
+                    raise
+                self._peers.pop(peer.ident, None)
                 self.stats["subscribers_lost"] += 1
 
     def _evict(self, peer: _Peer) -> None:
@@ -458,10 +521,15 @@ class Publisher:
         router = self._router
         try:
             while peer.backlog:
+                if peer.credit is not None:
+                    if peer.credit <= 0:
+                        return False
                 frames = peer.backlog[0]
                 router.send_multipart([peer.ident, *frames], zmq.NOBLOCK)
                 peer.backlog.popleft()
                 peer.backlog_bytes -= _frames_nbytes(frames)
+                if peer.credit is not None:
+                    peer.credit -= 1
             if peer.notice is not None:
                 router.send_multipart([peer.ident, *peer.notice], zmq.NOBLOCK)
                 peer.notice = None
@@ -488,12 +556,52 @@ def _resolve_catalog(catalog):
     return catalog
 
 
+class Gap:
+    """A subscriber re-joined its topic and may have missed epochs (``recover=True`` only).
+
+    - ``reason``: ``"lagged"`` (a publisher evicted it) or ``"restarted"`` (a publisher came back
+      with a new incarnation);
+    - ``partition``: the partition that caused it;
+    - ``last_epoch``: the last complete epoch delivered before the gap (``None`` if none);
+    - ``since``: the merged lower frontier before the gap (tuple of times): every epoch not at or
+      beyond it had been delivered (or had no data);
+    - ``until``: the merged lower frontier of the fresh snapshots: epochs not at or beyond it
+      were complete before the re-join;
+    - ``through``: the maximal upper-frontier elements of the fresh snapshots: epochs at or below
+      them had begun before the re-join.
+
+    An epoch ``t`` may have been missed (:meth:`may_have_missed`) iff it is at or beyond
+    ``since`` and either below ``until`` or at or below some ``through`` element; every other
+    epoch is delivered whole, and no epoch is delivered twice."""
+
+    __slots__ = ("reason", "partition", "last_epoch", "since", "until", "through", "order")
+
+    def __init__(self, reason, partition, last_epoch, since, order):
+        self.reason = reason
+        self.partition = partition
+        self.last_epoch = last_epoch
+        self.since = tuple(since)
+        self.until: tuple = ()
+        self.through: tuple = ()
+        self.order = order
+
+    def may_have_missed(self, t) -> bool:
+        le = self.order.le
+        if not any(le(s, t) for s in self.since):
+            return False
+        return not any(le(u, t) for u in self.until) or any(le(t, u) for u in self.through)
+
+    def __repr__(self):
+        return (f"Gap(reason={self.reason!r}, partition={self.partition}, last_epoch={self.last_epoch!r}, "
+                f"since={list(self.since)!r}, until={list(self.until)!r}, through={list(self.through)!r})")
+
+
 class Subscriber:
     """Subscribes to every partition of a topic and yields complete epochs (Strymon
     "Subscriber Logic" merged across partitions).
 
     ``Subscriber(topic, catalog=None, *, endpoints=None, order=None, codec=None, wait=10.0,
-    timeout=10.0, rcvhwm=1000)``
+    timeout=10.0, rcvhwm=1000, recover=False, credit=None, ping_interval=1.0)``
 
     - with ``endpoints`` (a list, one per partition) the catalog is not used and ``order``
       (default TOTAL) and ``codec`` (default ``"msgpack"``) must describe the topic;
@@ -503,6 +611,15 @@ class Subscriber:
       and nothing else.
     - ``timeout``: seconds a live partition may stay silent (no data, progress or heartbeat)
       before :class:`~epochstream.errors.PublisherLost` is raised.
+    - ``recover``: instead of raising :class:`~epochstream.errors.SubscriberLagged` (evicted) or
+      :class:`~epochstream.errors.PublisherLost` for a publisher that restarted (new incarnation),
+      re-join every partition with fresh snapshots and report a :class:`Gap` in the stream; no
+      partial epoch and no epoch twice.
+    - ``credit``: flow control — each publisher sends at most ``credit`` messages ahead of what
+      this subscriber has read; it grants more as it reads. A slow but steady consumer then slows
+      the publisher down instead of being evicted.
+    - ``ping_interval``: seconds between pings to each publisher (a restarted publisher answers
+      a ping with a ``rejoin`` notice, so restarts are noticed within about this time).
 
     Iterate :meth:`epochs` for complete :class:`~epochstream.protocol.Epoch` objects, or
     :meth:`events` for delivered data (decoded) and merged frontier changes as they arrive.
@@ -511,73 +628,126 @@ class Subscriber:
     """
 
     def __init__(self, topic: str, catalog=None, *, endpoints=None, order=None, codec: str | None = None,
-                 wait: float = 10.0, timeout: float = 10.0, rcvhwm: int = 1000,
+                 wait: float = 10.0, timeout: float = 10.0, rcvhwm: int = 1000, recover: bool = False,
+                 credit: int | None = None, ping_interval: float = 1.0,
                  context: zmq.Context | None = None):
         self.topic = topic
         self.timeout = float(timeout)
-        closed: dict[int, tuple] = {}
+        self.recover = bool(recover)
+        if credit is not None and (not isinstance(credit, int) or credit < 2):
+            raise ValueError(f"credit must be an int >= 2 (messages), got {credit!r}")
+        self.credit = credit
+        self.ping_interval = float(ping_interval)
+        self._rcvhwm = int(rcvhwm)
+        self._wait = wait
         self._catalog = None
+        self._static_endpoints = None
+        self._catalog_incarnations: dict[int, str] = {}
         if endpoints is None:
             self._catalog = _resolve_catalog(catalog)
             info = self._catalog.lookup(topic, wait=wait)
-            order = info.order
-            codec = info.codec
-            n = info.partitions
-            by_index = {p.index: p for p in info.partition_info}
-            endpoints = []
-            for i in range(n):
-                p = by_index.get(i)
-                if p is None:
-                    raise PublisherLost(f"topic {topic!r}: partition {i} has no publisher registered "
-                                        f"after waiting {wait} s", partition=i)
-                if p.state == "closed":
-                    closed[i] = tuple(p.upper)
-                    endpoints.append(None)
-                elif p.state == "dead":
-                    raise PublisherLost(f"topic {topic!r}: the publisher of partition {i} "
-                                        f"(pid {p.pid}) is dead", partition=i)
-                else:
-                    endpoints.append(p.endpoint)
+            order, codec, n = info.order, info.codec, info.partitions
         else:
-            endpoints = list(endpoints)
+            self._static_endpoints = list(endpoints)
             if isinstance(order, str):
                 order = by_name(order)
             order = order or TOTAL
             codec = codec or "msgpack"
+            n = len(self._static_endpoints)
         self.order = order
         self.codec = wire.codec(codec)
-        self.partitions = len(endpoints)
-        self._protocol = SubscriberProtocol(order, self.partitions)
-        self._assembler = EpochAssembler(order, self.codec.combine)
+        self.partitions = n
         self._ctx = context or zmq.Context.instance()
-        self._sockets: dict[zmq.Socket, int] = {}
-        self._by_partition: dict[int, zmq.Socket] = {}
-        self._poller = zmq.Poller()
-        self._last_heard: dict[int, float] = {}
-        self._part_lower: dict[int, set] = {}
+        self._check = getattr(order, "check", None)
         self._time_cache: dict[bytes, Any] = {}
         self._parked: list = []  # decoded (message, nbytes) outputs not yet handed out
         self._last_epoch = None
         self._closed = False
+        self._pending_gap: Gap | None = None
+        self.gaps: list[Gap] = []
         self.stats = collections.Counter()
+        self._sockets: dict[zmq.Socket, int] = {}
+        self._by_partition: dict[int, zmq.Socket] = {}
+        self._assembler = EpochAssembler(self.order, self.codec.combine)
+        self._join(floor=None, info=info if endpoints is None else None)
+
+    # -- joining ---------------------------------------------------------------------------
+    def _endpoints(self, info=None) -> tuple[list, dict]:
+        """Current endpoints (``None`` for a closed partition) and closed partitions' uppers."""
+        if self._static_endpoints is not None:
+            return list(self._static_endpoints), {}
+        if info is None:
+            info = self._catalog.lookup(self.topic, wait=self._wait)
+        by_index = {p.index: p for p in info.partition_info}
+        endpoints, closed = [], {}
+        self._catalog_incarnations = {}
+        for i in range(self.partitions):
+            p = by_index.get(i)
+            if p is None:
+                raise PublisherLost(f"topic {self.topic!r}: partition {i} has no publisher registered "
+                                    f"after waiting {self._wait} s", partition=i)
+            if p.state == "closed":
+                closed[i] = tuple(p.upper)
+                endpoints.append(None)
+            elif p.state == "dead":
+                raise PublisherLost(f"topic {self.topic!r}: the publisher of partition {i} "
+                                    f"(pid {p.pid}) is dead", partition=i)
+            else:
+                endpoints.append(p.endpoint)
+                self._catalog_incarnations[i] = p.incarnation
+        return endpoints, closed
+
+    def _join(self, floor, info=None) -> None:
+        endpoints, closed = self._endpoints(info)
+        self._protocol = SubscriberProtocol(self.order, self.partitions, floor=floor)
+        self._poller = zmq.Poller()
+        self._last_heard: dict[int, float] = {}
+        self._last_ping = _time.monotonic()
+        self._last_lookup = 0.0
+        self._part_lower: dict[int, set] = {}
+        self._incarnations: dict[int, str] = {}
+        self._unacked: dict[int, int] = {}
         now = _time.monotonic()
-        hb_ms = 1000
+        hb_ms = max(1, int(self.ping_interval * 1000))
         for i, ep in enumerate(endpoints):
             if ep is None:
                 continue
             s = self._ctx.socket(zmq.DEALER)
-            s.setsockopt(zmq.RCVHWM, int(rcvhwm))
+            s.setsockopt(zmq.RCVHWM, self._rcvhwm)
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.HEARTBEAT_IVL, hb_ms)
             s.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * hb_ms)
             s.connect(ep)
-            s.send_multipart(wire.encode_control(wire.HELLO, topic=topic, partition=i))
+            hello = {"topic": self.topic, "partition": i}
+            if self.credit is not None:
+                hello["credit"] = self.credit
+            s.send_multipart(wire.encode_control(wire.HELLO, **hello))
             self._sockets[s] = i
             self._by_partition[i] = s
             self._poller.register(s, zmq.POLLIN)
             self._last_heard[i] = now
+            self._unacked[i] = 0
         for i, upper in closed.items():
             self._accept_snapshot(i, InitialFrontierSnapshot((), upper))
+
+    def _rejoin(self, reason: str, partition: int) -> None:
+        """Drop this join (pending epochs are incomplete), re-join every partition with fresh
+        snapshots, and report a :class:`Gap` once they are in."""
+        old = self._protocol
+        since = old.lower if old.ready else (self._pending_gap.since if self._pending_gap else ())
+        if old.ready:
+            # Everything queued so far is a valid prefix of the old stream and stays. This marker
+            # withdraws the old merged frontier for events() consumers; epochs() replaces its
+            # epoch assembler here (pending, incomplete epochs are dropped; nbytes -1 marks it).
+            self._parked.append((LowerFrontierUpdate(tuple((t, -1) for t in old.lower)), -1))
+        for p in list(self._by_partition):
+            self._retire_socket(p)
+        if self._pending_gap is None:
+            self._pending_gap = Gap(reason, partition, self._last_epoch, since, self.order)
+        self.stats["rejoins"] += 1
+        log.warning("topic %r: re-joining after %s on partition %s (last complete epoch %r)",
+                    self.topic, reason, partition, self._last_epoch)
+        self._join(floor=since)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -589,6 +759,11 @@ class Subscriber:
     def snapshots(self) -> dict:
         """``{partition: InitialFrontierSnapshot}`` as received."""
         return self._protocol.snapshots
+
+    @property
+    def incarnations(self) -> dict:
+        """``{partition: incarnation id}`` of the publishers as announced in their snapshots."""
+        return dict(self._incarnations)
 
     @property
     def lower(self) -> tuple:
@@ -606,11 +781,32 @@ class Subscriber:
         return self._protocol.finished
 
     # -- I/O -------------------------------------------------------------------------------
-    def _accept_snapshot(self, partition: int, snap: InitialFrontierSnapshot) -> None:
+    def _snapshot_outputs(self, partition: int, snap: InitialFrontierSnapshot) -> list:
         self._part_lower[partition] = set(snap.lower)
-        self._parked.extend(self._decoded(m) for m in self._protocol.receive(partition, snap))
+        out = self._protocol.receive(partition, snap)
+        if self._pending_gap is not None and self._protocol.ready:
+            gap = self._pending_gap
+            from .frontier import Antichain
+            from .order import dual
+            uppers = Antichain(dual(self.order))
+            for snap in self._protocol.snapshots.values():
+                uppers.extend(snap.upper)
+            gap.through = uppers.elements
+            gap.until = self._protocol.lower
+            self._pending_gap = None
+            self.gaps.append(gap)
+            out = [gap, *out]
         if not snap.lower:
             self._retire_socket(partition)
+        return out
+
+    def _accept_snapshot(self, partition: int, snap: InitialFrontierSnapshot) -> None:
+        self._queue(self._snapshot_outputs(partition, snap))
+
+    def _queue(self, outputs) -> None:
+        """Decode protocol outputs and append them, in order, to the output queue."""
+        if outputs:
+            self._parked.extend(self._decoded(m) for m in outputs)
 
     def _retire_socket(self, partition: int) -> None:
         s = self._by_partition.pop(partition, None)
@@ -625,36 +821,39 @@ class Subscriber:
         s.close(100)
         self._last_heard.pop(partition, None)
 
-    def _decode_payload(self, message: DataMessage) -> tuple[DataMessage, int]:
-        raw = message.data
-        return DataMessage(message.time, self.codec.decode(raw)), len(raw)
-
     def _handle(self, partition: int, frames) -> list:
         """Process one multipart message; return protocol outputs (data still encoded)."""
         self.stats["messages"] += 1
+        if self.credit is not None:
+            n = self._unacked.get(partition, 0) + 1
+            if n >= self.credit // 2:
+                s = self._by_partition.get(partition)
+                if s is not None:
+                    s.send_multipart(wire.encode_control(wire.CREDIT, messages=n))
+                n = 0
+            self._unacked[partition] = n
         kind = frames[0]
         if kind == wire.DATA and len(frames) == 3:
             raw = frames[1]
             t = self._time_cache.get(raw)
             if t is None:
                 t = wire.decode_time(raw)
-                check = getattr(self.order, "check", None)
-                if check is not None:
-                    t = check(t)
+                if self._check is not None:
+                    t = self._check(t)
                 if len(self._time_cache) > 4096:
                     self._time_cache.clear()
                 self._time_cache[raw] = t
-            if self._protocol.ready and self._protocol._filter and not self._protocol.passes(t):
+            protocol = self._protocol
+            if protocol.ready and protocol.filtering and not protocol.passes(t):
+                protocol.dropped += 1
                 self.stats["dropped"] += 1
                 return []
-            return self._protocol.receive(partition, DataMessage(t, frames[2]))
+            return protocol.receive(partition, DataMessage(t, frames[2]))
         msg = wire.decode(frames)
         if isinstance(msg, InitialFrontierSnapshot):
-            self._part_lower[partition] = set(msg.lower)
-            out = self._protocol.receive(partition, msg)
-            if not msg.lower:
-                self._retire_socket(partition)
-            return out
+            meta = wire.decode_snapshot_meta(frames)
+            self._incarnations[partition] = meta.get("incarnation")
+            return self._snapshot_outputs(partition, msg)
         if isinstance(msg, LowerFrontierUpdate):
             pl = self._part_lower.setdefault(partition, set())
             for t, d in msg.updates:
@@ -668,22 +867,32 @@ class Subscriber:
             return out
         if isinstance(msg, wire.Notice):
             if msg.code == "lagged":
+                if self.recover:
+                    self._rejoin("lagged", partition)
+                    return []
                 raise SubscriberLagged(f"{msg.message}; last complete epoch delivered: {self._last_epoch!r}",
                                        partition=partition, last_epoch=self._last_epoch)
+            if msg.code == "rejoin":
+                if self.recover:
+                    self._rejoin("restarted", partition)
+                    return []
+                raise PublisherLost(f"topic {self.topic!r}: the publisher of partition {partition} "
+                                    f"no longer knows this subscriber (restarted?): {msg.message}",
+                                    partition=partition)
             raise ProtocolError(f"publisher of partition {partition} rejected this subscriber: {msg.message}")
         return []  # heartbeat: liveness only
 
     def _poll(self, timeout_s: float | None) -> list:
-        """Wait up to ``timeout_s`` for messages; return protocol outputs (data decoded)."""
+        """Wait up to ``timeout_s`` for messages; return outputs as ``(message, nbytes)``."""
         if self._parked:
             out, self._parked = self._parked, []
             return out
         if not self._sockets:
             return []
-        out = []
         ms = None if timeout_s is None else max(0, int(timeout_s * 1000))
         events = self._poller.poll(ms)
         now = _time.monotonic()
+        protocol = self._protocol
         for s, _ in events:
             partition = self._sockets.get(s)
             if partition is None:
@@ -694,38 +903,75 @@ class Subscriber:
                 except zmq.Again:
                     break
                 self._last_heard[partition] = now
-                out.extend(self._handle(partition, frames))
-                if partition not in self._by_partition:
-                    break
+                self._queue(self._handle(partition, frames))
+                if self._protocol is not protocol or partition not in self._by_partition:
+                    break  # re-joined (sockets replaced) or this partition finished
+            if self._protocol is not protocol:
+                break
+        if now - self._last_ping >= self.ping_interval:
+            self._last_ping = now
+            for s in self._sockets:
+                try:
+                    s.send_multipart(wire.encode_control(wire.PING), zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
         self._check_liveness(now)
-        return [self._decoded(m) for m in out]
+        result, self._parked = self._parked, []
+        return result
 
     def _decoded(self, m):
         if type(m) is DataMessage:
-            decoded, nbytes = self._decode_payload(m)
+            raw = m.data
             self.stats["delivered"] += 1
-            self.stats["bytes"] += nbytes
-            return decoded, nbytes
+            self.stats["bytes"] += len(raw)
+            return DataMessage(m.time, self.codec.decode(raw)), len(raw)
         return m, 0
 
     def _check_liveness(self, now: float) -> None:
+        suspect_after = min(self.timeout, 3 * self.ping_interval)
         for partition, heard in list(self._last_heard.items()):
-            if now - heard <= self.timeout:
+            silent = now - heard
+            if silent <= suspect_after:
                 continue
-            if partition not in self._protocol.snapshots and self._catalog is not None:
-                # The publisher may have closed between our catalog lookup and our hello.
+            if silent <= self.timeout:
+                # Silent for a few pings: with recovery on, look for a restarted publisher (a new
+                # incarnation in the catalog, possibly on another endpoint) before the timeout.
+                if self.recover and self._catalog is not None and now - self._last_lookup >= self.ping_interval:
+                    self._last_lookup = now
+                    if self._restarted(partition):
+                        self._rejoin("restarted", partition)
+                        return
+                continue
+            p = None
+            if self._catalog is not None:
                 try:
                     info = self._catalog.lookup(self.topic)
                     p = next((x for x in info.partition_info if x.index == partition), None)
                 except EpochstreamError:
                     p = None
-                if p is not None and p.state == "closed":
-                    self._retire_socket(partition)
-                    self._accept_snapshot(partition, InitialFrontierSnapshot((), tuple(p.upper)))
-                    continue
+            if p is not None and p.state == "closed" and partition not in self._protocol.snapshots:
+                # The publisher closed between our catalog lookup and our hello.
+                self._retire_socket(partition)
+                self._accept_snapshot(partition, InitialFrontierSnapshot((), tuple(p.upper)))
+                continue
+            if self.recover and p is not None and self._restarted(partition, p):
+                self._rejoin("restarted", partition)
+                return
             raise PublisherLost(f"topic {self.topic!r}: no message from partition {partition} "
                                 f"for {now - heard:.1f} s (timeout {self.timeout} s)",
                                 partition=partition)
+
+    def _restarted(self, partition: int, p=None) -> bool:
+        """True iff the catalog lists a live publisher of ``partition`` with another incarnation
+        than the one this subscriber joined."""
+        if p is None:
+            try:
+                info = self._catalog.lookup(self.topic)
+            except EpochstreamError:
+                return False
+            p = next((x for x in info.partition_info if x.index == partition), None)
+        known = self._incarnations.get(partition) or self._catalog_incarnations.get(partition)
+        return p is not None and p.state == "live" and known is not None and p.incarnation != known
 
     def wait_ready(self, timeout: float | None = 10.0) -> bool:
         """Process messages until every partition's snapshot has arrived (data that arrives
@@ -735,7 +981,8 @@ class Subscriber:
             left = None if deadline is None else deadline - _time.monotonic()
             if left is not None and left <= 0:
                 return False
-            self._parked.extend(self._poll(min(left, 0.1) if left is not None else 0.1))
+            got = self._poll(min(left, 0.1) if left is not None else 0.1)
+            self._parked.extend(got)  # (evaluate _poll first: it swaps self._parked)
         return True
 
     def _outputs(self) -> Iterator:
@@ -744,30 +991,31 @@ class Subscriber:
             got = self._poll(0.1)
             if got:
                 yield from got
-            elif self._protocol.finished:
+            elif self._protocol.finished and not self._parked:
                 return
             else:
                 yield None
 
     def events(self, timeout: float | None = None) -> Iterator:
         """Yield, as they arrive, ``(DataMessage(time, decoded records), nbytes)`` for data that
-        passed the filter and ``(LowerFrontierUpdate(changes), 0)`` for merged frontier changes.
-        Ends when every partition finished. ``timeout``: seconds without any output before
-        ``TimeoutError``."""
+        passed the filter, ``(LowerFrontierUpdate(changes), 0)`` for merged frontier changes and,
+        with ``recover=True``, ``(Gap, 0)`` when the subscriber re-joined (the merged frontier
+        is withdrawn before it and announced afresh after it). Ends when every partition
+        finished. ``timeout``: seconds without any output before ``TimeoutError``."""
         last = _time.monotonic()
         for item in self._outputs():
             if item is not None:
                 last = _time.monotonic()
-                yield item
+                yield (item[0], 0) if item[1] < 0 else item
             elif timeout is not None and _time.monotonic() - last > timeout:
                 raise TimeoutError(f"no message for {timeout} s from topic {self.topic!r}")
 
     def epochs(self, timeout: float | None = None) -> Iterator[Epoch]:
         """Yield complete :class:`~epochstream.protocol.Epoch` objects in an order consistent
         with the partial order; ``records`` is a list (msgpack) or ``pyarrow.Table`` (arrow);
-        ``first_seen``/``released_at`` are ``time.time()`` readings. Ends when every partition
+        ``first_seen``/``released_at`` are ``time.time()`` readings. With ``recover=True`` a
+        :class:`Gap` is yielded where the subscriber re-joined. Ends when every partition
         finished. ``timeout``: seconds without a new epoch before ``TimeoutError``."""
-        asm = self._assembler
         last = _time.monotonic()
         for out in self._outputs():
             if out is None:
@@ -775,15 +1023,21 @@ class Subscriber:
                     raise TimeoutError(f"no complete epoch for {timeout} s from topic {self.topic!r}")
                 continue
             item, nbytes = out
-            if type(item) is DataMessage:
-                asm.data(item, nbytes=nbytes, now=_time.time())
-            else:
-                done = asm.frontier_changed(item, now=_time.time())
+            kind = type(item)
+            if kind is DataMessage:
+                self._assembler.data(item, nbytes=nbytes, now=_time.time())
+            elif kind is LowerFrontierUpdate:
+                if nbytes < 0:  # re-join: incomplete epochs of the old join are dropped
+                    self._assembler = EpochAssembler(self.order, self.codec.combine)
+                    continue
+                done = self._assembler.frontier_changed(item, now=_time.time())
                 for epoch in done:
                     self._last_epoch = epoch.time
                     yield epoch
                 if done:
                     last = _time.monotonic()
+            elif kind is Gap:
+                yield item
 
     def close(self) -> None:
         """Say goodbye to every publisher (so it frees our state at once) and close sockets."""

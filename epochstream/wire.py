@@ -18,12 +18,17 @@ Publisher → subscriber kinds:
 - ``F`` lower frontier update — header ``[[T, delta], ...]``
 - ``H`` heartbeat — header ``{"lower": [T...]}`` (sent while the stream is idle)
 - ``X`` notice — header ``{"code": str, "message": str, ...}``; ``code`` ``"lagged"`` means the
-  publisher evicted the subscriber, ``"error"`` that it rejected the subscriber's last message.
+  publisher evicted the subscriber, ``"error"`` that it rejected the subscriber's last message,
+  ``"rejoin"`` that it does not know the subscriber (send ``h`` again for a fresh snapshot).
 
 Subscriber → publisher kinds (over the subscriber's DEALER):
 
-- ``h`` hello — header ``{"topic": str, "partition": int}``: asks for a snapshot and registration
-- ``p`` ping — header ``{}``: liveness while the subscriber is idle
+- ``h`` hello — header ``{"topic": str, "partition": int, "credit": int (optional)}``: asks for a
+  snapshot and registration; with ``credit`` the publisher sends at most that many messages
+  before the subscriber grants more (flow control)
+- ``c`` credit — header ``{"messages": int}``: grants more messages (flow-control mode)
+- ``p`` ping — header ``{}``: liveness; a publisher that does not know the sender answers with an
+  ``X rejoin`` notice (it restarted or evicted the subscriber and forgot it)
 - ``b`` bye — header ``{}``: the subscriber leaves; the publisher frees its state
 
 Times are msgpack ints, or arrays of ints for product orders (decoded as tuples).
@@ -46,6 +51,7 @@ from .errors import WireError
 from .protocol import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
 
 __all__ = ["VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HELLO", "PING", "BYE",
+           "CREDIT",
            "Heartbeat", "Notice", "encode_snapshot", "encode_data", "encode_frontier",
            "encode_heartbeat", "encode_notice", "encode_control", "decode", "decode_control",
            "decode_time", "codec", "CODECS", "MsgpackCodec", "ArrowCodec"]
@@ -60,9 +66,10 @@ NOTICE = b"X" + _V
 HELLO = b"h" + _V
 PING = b"p" + _V
 BYE = b"b" + _V
+CREDIT = b"c" + _V
 
 _PUB_KINDS = {SNAPSHOT, DATA, FRONTIER, HEARTBEAT, NOTICE}
-_SUB_KINDS = {HELLO, PING, BYE}
+_SUB_KINDS = {HELLO, PING, BYE, CREDIT}
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 

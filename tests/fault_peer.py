@@ -1,0 +1,40 @@
+"""A publisher or subscriber in its own process, for fault-injection tests (kill -9, restart).
+
+    python tests/fault_peer.py publisher CATALOG TOPIC START EPOCHS RATE [PAYLOAD]
+        registers partition 0 of TOPIC in CATALOG, prints "READY <incarnation>", then publishes
+        epochs START.. START+EPOCHS-1 (one message of PAYLOAD ints each, then advance_to) at RATE
+        epochs/s, prints "EPOCH <t>" after each, and then idles (heartbeats) until killed.
+    python tests/fault_peer.py subscriber ENDPOINT TOPIC
+        subscribes, prints "READY" once its snapshot arrived, then stops reading (stalls).
+"""
+import sys
+import time
+
+from epochstream.catalog import Catalog
+from epochstream.transport import Publisher, Subscriber
+
+
+def publisher(catalog, topic, start, epochs, rate, payload=10):
+    pub = Publisher(topic, 0, catalog=Catalog(catalog), start=int(start), heartbeat_interval=0.2)
+    print("READY", pub.incarnation, pub.endpoint, flush=True)
+    records = list(range(int(payload)))
+    for t in range(int(start), int(start) + int(epochs)):
+        pub.send(t, records)
+        pub.advance_to(t + 1)
+        pub.flush()
+        print("EPOCH", t, flush=True)
+        time.sleep(1.0 / float(rate))
+    while True:
+        time.sleep(1)
+
+
+def subscriber(endpoint, topic):
+    sub = Subscriber(topic, endpoints=[endpoint])
+    assert sub.wait_ready(10)
+    print("READY", flush=True)
+    while True:
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    {"publisher": publisher, "subscriber": subscriber}[sys.argv[1]](*sys.argv[2:])
