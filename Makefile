@@ -22,9 +22,11 @@ test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) -m benchmarks $(ARGS)
 
 bench-quick: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) -m benchmarks --quick $(ARGS)
 
 clean:

@@ -236,6 +236,7 @@ class SubscriberProtocol:
         self._check = getattr(order, "check", None)
         self._floor = None if floor is None else Antichain(order, floor)
         self.dropped = 0  # data messages dropped by the filter (or the floor)
+        self.version = 0  # bumped whenever the filter or floor changes (verdict caches key on it)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -279,6 +280,16 @@ class SubscriberProtocol:
                 return False
         return True
 
+    def deliver(self, time, data) -> list:
+        """Fast path for a data message at an already normalised ``time`` that the caller has
+        checked with :meth:`passes` (once ready): validates it against the merged lower frontier
+        and returns ``[DataMessage(time, data)]``. Raises :class:`ProtocolError` like
+        :meth:`receive`."""
+        if not self._lower.less_equal(time):
+            raise ProtocolError(
+                f"data at time {time!r} is behind the merged lower frontier {list(self.lower)!r}")
+        return [DataMessage(time, data)]
+
     # -- input -----------------------------------------------------------------------------
     def receive(self, partition: int, message) -> list:
         """Handle one message from ``partition``; return the list of messages to pass on."""
@@ -318,6 +329,7 @@ class SubscriberProtocol:
             self._filter.extend(s.upper)
         changes = self._lower.update_iter(ups)
         self._ready = True
+        self.version += 1
         self._retire()
         if changes:
             out.append(LowerFrontierUpdate(tuple(changes)))
@@ -360,10 +372,12 @@ class SubscriberProtocol:
         keep = [f for f in self._filter if lower.less_equal(f)]
         if len(keep) != len(self._filter):
             self._filter = Antichain(self._filter.order, keep)
+            self.version += 1
         # The floor is retired once every merged lower element is at or beyond it: all data that
         # can still arrive is then beyond the floor anyway.
         if self._floor is not None and all(self._floor.less_equal(t) for t in lower.frontier):
             self._floor = None
+            self.version += 1
 
 
 def _concat(chunks: list) -> list:

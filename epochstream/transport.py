@@ -6,8 +6,9 @@ subscriber's :class:`~epochstream.protocol.InitialFrontierSnapshot` is taken and
 registered in one step of the loop: every later message reaches it, no earlier one does (the
 Strymon "new subscriber connects" step). The calling thread validates each call against its own
 :class:`~epochstream.protocol.PublisherProtocol` (errors are raised right there, nothing is sent)
-and hands the frames to the loop over an ``inproc`` pipe (it blocks when the loop is
-``queue_hwm`` messages behind: back-pressure, never loss).
+and hands the encoded frames to the loop through a deque, waking it with one byte over an
+``inproc`` pipe per batch of calls (a call blocks while the loop is ``queue_hwm`` messages behind:
+back-pressure, never loss).
 
 No silent drops: the ROUTER has ``ROUTER_MANDATORY`` set and sends without blocking; when a
 subscriber's pipe is full (``sndhwm`` messages) further messages wait in that subscriber's
@@ -58,10 +59,12 @@ _CMD_STOP = b"Q"
 class _Peer:
     """Loop-side state of one connected subscriber."""
 
-    __slots__ = ("ident", "backlog", "backlog_bytes", "evicted", "notice", "joined", "sent", "credit")
+    __slots__ = ("ident", "backlog", "backlog_bytes", "evicted", "notice", "joined", "sent", "credit",
+                 "sub_id")
 
-    def __init__(self, ident: bytes, now: float, credit: int | None = None):
+    def __init__(self, ident: bytes, now: float, credit: int | None = None, sub_id: str | None = None):
         self.ident = ident
+        self.sub_id = sub_id  # the subscriber's own stable id (survives reconnections)
         self.credit = credit  # None: no flow control; else messages it may still be sent
         self.backlog: collections.deque = collections.deque()
         self.backlog_bytes = 0
@@ -163,17 +166,23 @@ class Publisher:
         self.endpoint: str = router.getsockopt_string(zmq.LAST_ENDPOINT)
         self._router = router
 
+        # caller -> loop: commands in a deque; one wake-up byte over inproc per batch of calls
         addr = f"inproc://epochstream-pub-{os.getpid()}-{next(_ids)}"
         self._cmd_in = self._ctx.socket(zmq.PAIR)
-        self._cmd_in.setsockopt(zmq.RCVHWM, queue_hwm)
         self._cmd_in.bind(addr)
         self._cmd = self._ctx.socket(zmq.PAIR)
-        self._cmd.setsockopt(zmq.SNDHWM, queue_hwm)
         self._cmd.connect(addr)
-        self._syncs: collections.deque = collections.deque()
+        self._commands: collections.deque = collections.deque()
+        self._kicked = False
+        self.queue_hwm = int(queue_hwm)
+        self._space = threading.Condition(threading.Lock())
+        self._waiting = 0
 
         # loop-side state (touched only by the loop thread)
         self._peers: dict[bytes, _Peer] = {}
+        # ids of subscribers evicted recently -> notice; a ping from such an id on another
+        # connection (libzmq reconnected it) is answered with its lagged notice again
+        self._evicted_ids: collections.OrderedDict = collections.OrderedDict()
         self._loop_lower: dict = {self._capability: True}
         from .frontier import Antichain
         from .order import dual
@@ -229,8 +238,7 @@ class Publisher:
         with self._lock:
             self._check_open()
             msg = self._protocol.data(time, None)
-            self._cmd.send_multipart([_CMD_DATA, wire.encode_time(msg.time), payload], copy=False)
-        self.stats["data_messages"] += 1
+            self._enqueue((_CMD_DATA, msg.time, [wire.DATA, wire.encode_time(msg.time), payload]))
 
     def progress(self, updates) -> LowerFrontierUpdate | None:
         """Apply timely progress updates ``[(time, delta), ...]`` to the lower frontier and
@@ -240,7 +248,7 @@ class Publisher:
             self._check_open()
             msg = self._protocol.progress(list(updates))
             if msg is not None:
-                self._cmd.send_multipart([_CMD_FRONTIER, *wire.encode_frontier(msg)[1:]])
+                self._enqueue((_CMD_FRONTIER, msg, wire.encode_frontier(msg)))
             return msg
 
     def advance_to(self, time) -> LowerFrontierUpdate | None:
@@ -259,8 +267,24 @@ class Publisher:
             msg = self._protocol.progress([(t, 1), (cap, -1)])
             self._capability = t
             if msg is not None:
-                self._cmd.send_multipart([_CMD_FRONTIER, *wire.encode_frontier(msg)[1:]])
+                self._enqueue((_CMD_FRONTIER, msg, wire.encode_frontier(msg)))
             return msg
+
+    def _enqueue(self, command) -> None:
+        """Hand a command to the loop (caller holds ``self._lock``). Blocks while the loop is
+        ``queue_hwm`` commands behind."""
+        if len(self._commands) >= self.queue_hwm and self._thread.is_alive():
+            with self._space:
+                self._waiting += 1
+                try:
+                    while len(self._commands) >= self.queue_hwm and self._thread.is_alive():
+                        self._space.wait(0.5)
+                finally:
+                    self._waiting -= 1
+        self._commands.append(command)
+        if not self._kicked:
+            self._kicked = True
+            self._cmd.send(b"K")
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Block until the loop has handled every call made before (not until subscribers read
@@ -269,8 +293,7 @@ class Publisher:
         with self._lock:
             if not self._thread.is_alive():
                 return True
-            self._syncs.append(ev)
-            self._cmd.send(_CMD_SYNC)
+            self._enqueue((_CMD_SYNC, ev, None))
         return ev.wait(timeout)
 
     def close(self, linger: float = 2.0) -> None:
@@ -283,7 +306,7 @@ class Publisher:
             msg = self._protocol.close()
             self._closed = True
             if msg is not None:
-                self._cmd.send_multipart([_CMD_FRONTIER, *wire.encode_frontier(msg)[1:]])
+                self._enqueue((_CMD_FRONTIER, msg, wire.encode_frontier(msg)))
         if self._catalog is not None:
             try:
                 self._catalog.close_partition(self.topic, self.partition, self.incarnation,
@@ -291,7 +314,7 @@ class Publisher:
             except Exception:  # the catalog may be gone; the stream itself is closed correctly
                 log.exception("could not mark %s/%s closed in the catalog", self.topic, self.partition)
         with self._lock:
-            self._cmd.send_multipart([_CMD_STOP, str(float(linger)).encode()])
+            self._enqueue((_CMD_STOP, float(linger), None))
         self._thread.join(linger + 5.0)
         self._close_sockets()
 
@@ -334,7 +357,9 @@ class Publisher:
                         return
                     timeout = 1
                 elif backlog:
-                    timeout = 1
+                    timeout = 0 if (self._commands and not blocked) else 1
+                elif self._commands:
+                    timeout = 0  # commands left from the last batch: serve peers, then go on
                 else:
                     due = self._last_broadcast + self.heartbeat_interval - now
                     timeout = max(1, int(due * 1000))
@@ -342,14 +367,14 @@ class Publisher:
                 if self._router in events:
                     self._handle_peers()
                 if self._cmd_in in events:
-                    for _ in range(256):
+                    while True:  # wake-up bytes: at most one per batch of commands
                         try:
-                            frames = self._cmd_in.recv_multipart(zmq.NOBLOCK, copy=False)
+                            self._cmd_in.recv(zmq.NOBLOCK)
                         except zmq.Again:
                             break
-                        if self._handle_command(frames):
-                            stop_at = _time.monotonic() + self._stop_linger
-                            break
+                if not blocked and stop_at is None and self._commands:
+                    if self._run_commands():
+                        stop_at = _time.monotonic() + self._stop_linger
                 if backlog:
                     self._drain_backlogs()
                 if stop_at is None and _time.monotonic() - self._last_broadcast >= self.heartbeat_interval:
@@ -361,29 +386,47 @@ class Publisher:
             log.exception("publisher loop %s/%s died", self.topic, self.partition)
             raise
         finally:
-            while self._syncs:
-                self._syncs.popleft().set()
+            while self._commands:  # nobody may wait for a flush forever
+                kind, arg, _ = self._commands.popleft()
+                if kind == _CMD_SYNC:
+                    arg.set()
+            with self._space:
+                self._space.notify_all()
 
-    def _handle_command(self, frames) -> bool:
-        kind = frames[0].bytes
-        if kind == _CMD_DATA:
-            header, payload = frames[1].bytes, frames[2]
-            self._loop_upper.insert(wire.decode_time(header))
-            self._broadcast([wire.DATA, header, payload])
-        elif kind == _CMD_FRONTIER:
-            header = frames[1].bytes
-            for t, d in wire.decode([wire.FRONTIER, header]).updates:
-                if d > 0:
-                    self._loop_lower[t] = True
-                else:
-                    self._loop_lower.pop(t, None)
-            self._broadcast([wire.FRONTIER, header])
-        elif kind == _CMD_SYNC:
-            self._syncs.popleft().set()
-        elif kind == _CMD_STOP:
-            self._stop_linger = float(frames[1].bytes)
-            return True
-        return False
+    def _run_commands(self, limit: int = 4096) -> bool:
+        """Run queued commands (at most ``limit``, then let the loop serve peers); True on STOP."""
+        self._kicked = False  # reset before draining: a command appended later kicks again
+        commands = self._commands
+        upper_insert = self._loop_upper.insert
+        broadcast = self._broadcast
+        data = 0
+        stop = False
+        for _ in range(limit):
+            if not commands:
+                break
+            kind, arg, frames = commands.popleft()
+            if kind is _CMD_DATA:
+                upper_insert(arg)
+                broadcast(frames)
+                data += 1
+            elif kind is _CMD_FRONTIER:
+                for t, d in arg.updates:
+                    if d > 0:
+                        self._loop_lower[t] = True
+                    else:
+                        self._loop_lower.pop(t, None)
+                broadcast(frames)
+            elif kind is _CMD_SYNC:
+                arg.set()
+            elif kind is _CMD_STOP:
+                self._stop_linger = arg
+                stop = True
+                break
+        self.stats["data_messages"] += data
+        if self._waiting:
+            with self._space:
+                self._space.notify_all()
+        return stop
 
     def _handle_peers(self) -> None:
         router = self._router
@@ -414,7 +457,9 @@ class Publisher:
                     self._drain_peer(peer)
             elif kind == wire.BYE:
                 self._peers.pop(ident, None)
-            elif ident not in self._peers:  # PING from a peer we do not know (restart, eviction)
+            elif ident not in self._peers and header.get("id") in self._evicted_ids:
+                self._send_direct(ident, self._evicted_ids[header["id"]])  # lagged, again
+            elif ident not in self._peers:  # PING from a peer we do not know (restart)
                 self._send_direct(ident, wire.encode_notice(
                     "rejoin", f"publisher {self.topic!r} partition {self.partition} (incarnation "
                               f"{self.incarnation}) does not know this subscriber",
@@ -438,8 +483,11 @@ class Publisher:
             self._send_direct(ident, wire.encode_notice("error", f"credit {credit!r} must be an int >= 1"))
             return
         self._peers.pop(ident, None)
+        sub_id = header.get("id") if isinstance(header.get("id"), str) else None
+        if sub_id is not None:
+            self._evicted_ids.pop(sub_id, None)
         if self._send_direct(ident, frames):
-            self._peers[ident] = _Peer(ident, _time.monotonic(), credit)
+            self._peers[ident] = _Peer(ident, _time.monotonic(), credit, sub_id)
             self.stats["subscribers_joined"] += 1
 
     def _send_direct(self, ident: bytes, frames) -> bool:
@@ -513,6 +561,10 @@ class Publisher:
                    f"(bounds {self.max_queue_messages} messages / {self.max_queue_bytes} bytes)")
         log.warning("%s", message)
         peer.notice = wire.encode_notice("lagged", message, partition=self.partition)
+        if peer.sub_id is not None:
+            self._evicted_ids[peer.sub_id] = peer.notice
+            while len(self._evicted_ids) > 10_000:
+                self._evicted_ids.popitem(last=False)
         self.stats["subscribers_evicted"] += 1
 
     def _drain_peer(self, peer: _Peer) -> bool:
@@ -664,6 +716,7 @@ class Subscriber:
         self._last_epoch = None
         self._closed = False
         self._pending_gap: Gap | None = None
+        self.id = uuid.uuid4().hex  # stable across re-connections; lets a publisher recognise us
         self.gaps: list[Gap] = []
         self.stats = collections.Counter()
         self._sockets: dict[zmq.Socket, int] = {}
@@ -715,10 +768,14 @@ class Subscriber:
             s = self._ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.RCVHWM, self._rcvhwm)
             s.setsockopt(zmq.LINGER, 0)
+            # ZMTP pings let the publisher see this subscriber is alive even while it reads
+            # nothing. No ZMTP timeout on this side: a stalled reader never sees the publisher's
+            # PONGs (they queue behind unread data), and would drop its own connection; a dead
+            # publisher is detected by the application heartbeat and ``timeout`` instead.
             s.setsockopt(zmq.HEARTBEAT_IVL, hb_ms)
-            s.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * hb_ms)
+            s.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3_600_000)
             s.connect(ep)
-            hello = {"topic": self.topic, "partition": i}
+            hello = {"topic": self.topic, "partition": i, "id": self.id}
             if self.credit is not None:
                 hello["credit"] = self.credit
             s.send_multipart(wire.encode_control(wire.HELLO, **hello))
@@ -832,23 +889,28 @@ class Subscriber:
                     s.send_multipart(wire.encode_control(wire.CREDIT, messages=n))
                 n = 0
             self._unacked[partition] = n
-        kind = frames[0]
-        if kind == wire.DATA and len(frames) == 3:
+        if len(frames) == 3 and frames[0] == wire.DATA:
+            # Hot path: the verdict per raw header bytes is cached while the filter is unchanged
+            # (many messages share an epoch); the payload is decoded only if it passes.
             raw = frames[1]
-            t = self._time_cache.get(raw)
-            if t is None:
-                t = wire.decode_time(raw)
-                if self._check is not None:
+            protocol = self._protocol
+            hit = self._time_cache.get(raw)
+            if hit is None or hit[2] != protocol.version:
+                t = hit[0] if hit is not None else wire.decode_time(raw)
+                if hit is None and self._check is not None:
                     t = self._check(t)
+                ok = not protocol.ready or not protocol.filtering or protocol.passes(t)
                 if len(self._time_cache) > 4096:
                     self._time_cache.clear()
-                self._time_cache[raw] = t
-            protocol = self._protocol
-            if protocol.ready and protocol.filtering and not protocol.passes(t):
+                hit = self._time_cache[raw] = (t, ok, protocol.version)
+            t, ok, _ = hit
+            if not protocol.ready:
+                return protocol.receive(partition, DataMessage(t, frames[2]))  # buffered
+            if not ok:
                 protocol.dropped += 1
                 self.stats["dropped"] += 1
                 return []
-            return protocol.receive(partition, DataMessage(t, frames[2]))
+            return protocol.deliver(t, frames[2])
         msg = wire.decode(frames)
         if isinstance(msg, InitialFrontierSnapshot):
             meta = wire.decode_snapshot_meta(frames)
@@ -877,8 +939,8 @@ class Subscriber:
                     self._rejoin("restarted", partition)
                     return []
                 raise PublisherLost(f"topic {self.topic!r}: the publisher of partition {partition} "
-                                    f"no longer knows this subscriber (restarted?): {msg.message}",
-                                    partition=partition)
+                                    f"no longer knows this subscriber (it restarted, or dropped "
+                                    f"this connection): {msg.message}", partition=partition)
             raise ProtocolError(f"publisher of partition {partition} rejected this subscriber: {msg.message}")
         return []  # heartbeat: liveness only
 
@@ -912,7 +974,7 @@ class Subscriber:
             self._last_ping = now
             for s in self._sockets:
                 try:
-                    s.send_multipart(wire.encode_control(wire.PING), zmq.NOBLOCK)
+                    s.send_multipart(wire.encode_control(wire.PING, id=self.id), zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass
         self._check_liveness(now)
@@ -1037,6 +1099,7 @@ class Subscriber:
                 if done:
                     last = _time.monotonic()
             elif kind is Gap:
+                item.last_epoch = self._last_epoch  # what this iterator actually delivered
                 yield item
 
     def close(self) -> None:

@@ -23,12 +23,14 @@ Publisher → subscriber kinds:
 
 Subscriber → publisher kinds (over the subscriber's DEALER):
 
-- ``h`` hello — header ``{"topic": str, "partition": int, "credit": int (optional)}``: asks for a
+- ``h`` hello — header ``{"topic": str, "partition": int, "id": str, "credit": int (optional)}``
+  (``id``: the subscriber's stable id, the same on every partition and reconnection): asks for a
   snapshot and registration; with ``credit`` the publisher sends at most that many messages
   before the subscriber grants more (flow control)
 - ``c`` credit — header ``{"messages": int}``: grants more messages (flow-control mode)
-- ``p`` ping — header ``{}``: liveness; a publisher that does not know the sender answers with an
-  ``X rejoin`` notice (it restarted or evicted the subscriber and forgot it)
+- ``p`` ping — header ``{"id": str}``: liveness; a publisher that does not know the sender's
+  connection answers with its ``X lagged`` notice if it evicted that id, else ``X rejoin`` (it
+  restarted, or dropped the connection)
 - ``b`` bye — header ``{}``: the subscriber leaves; the publisher frees its state
 
 Times are msgpack ints, or arrays of ints for product orders (decoded as tuples).

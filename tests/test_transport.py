@@ -134,6 +134,7 @@ def test_stalled_subscriber_is_evicted_with_notice_and_fast_one_unaffected():
             deadline = time.monotonic() + 10
             while len(got) < t - 50 and time.monotonic() < deadline:
                 time.sleep(0.001)
+    pub.flush()  # stats are kept by the publisher's loop thread
     assert pub.stats["subscribers_evicted"] == 1
     # The stalled subscriber resumes while the publisher is still up: it drains what was queued
     # for it, then gets the eviction notice as SubscriberLagged naming its last complete epoch.

@@ -1,0 +1,114 @@
+"""``python -m benchmarks [--quick] [--case NAME ...] [--no-report]``
+
+Runs the benchmark cases (default: all), writes ``benchmarks/results/<case>.json`` after each
+case and regenerates ``docs/benchmarks.md`` + ``docs/img/*.png`` from every result file present.
+Installs what it needs when missing: the ``bench`` pip extras into this interpreter, and
+redis-server / nats-server with apt-get (root). ``--quick`` runs a reduced grid (< 2 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import subprocess
+import sys
+import time
+
+from . import RESULTS, save_result
+
+CASES = ("filter", "e2e", "peers", "spark", "frontier")
+MODULES = {"filter": "bench_filter", "e2e": "bench_e2e", "peers": "bench_peers",
+           "spark": "bench_spark", "frontier": "bench_frontier"}
+# import name -> pip requirement (the ``bench`` extra)
+PIP = {"redis": "redis>=5", "hiredis": "hiredis>=2", "nats": "nats-py>=2.6",
+       "matplotlib": "matplotlib>=3.8"}
+NEEDS = {"peers": ("redis", "hiredis", "nats"), "report": ("matplotlib",)}
+
+
+def ensure_pip(names, log=print) -> None:
+    missing = [n for n in names if importlib.util.find_spec(n) is None]
+    if not missing:
+        return
+    reqs = [PIP[n] for n in missing]
+    log(f"installing missing benchmark packages: {' '.join(reqs)}")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *reqs])
+    if proc.returncode != 0:
+        log(f"warning: pip install {' '.join(reqs)} failed (exit {proc.returncode})")
+    importlib.invalidate_caches()
+
+
+def _frontier_available() -> bool:
+    return importlib.util.find_spec(f"{__package__}.bench_frontier") is not None
+
+
+def run_case(name: str, quick: bool, log=print) -> dict | None:
+    mod = importlib.import_module(f"{__package__}.{MODULES[name]}")
+    fn = getattr(mod, "run", None)
+    if fn is None:  # a module with only a CLI entry point
+        main = getattr(mod, "main", None)
+        if main is None:
+            raise RuntimeError(f"benchmarks/{MODULES[name]}.py has neither run() nor main()")
+        main(["--quick"] if quick else [])
+        return None
+    params = inspect.signature(fn).parameters
+    kwargs = {}
+    if "quick" in params:
+        kwargs["quick"] = quick
+    if "log" in params:
+        kwargs["log"] = log
+    return fn(**kwargs)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="reduced grid, finishes in < 2 minutes")
+    ap.add_argument("--case", action="append", choices=CASES, metavar="NAME",
+                    help=f"run only this case (repeatable): {', '.join(CASES)}")
+    ap.add_argument("--no-report", action="store_true", help="do not regenerate docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    cases = args.case or [c for c in CASES if c != "frontier" or _frontier_available()]
+    if "frontier" in cases and not _frontier_available():
+        print("case 'frontier': benchmarks/bench_frontier.py is not there; skipped")
+        cases = [c for c in cases if c != "frontier"]
+    t_all = time.monotonic()
+    if "peers" in cases:
+        ensure_pip(NEEDS["peers"])
+    if not args.no_report:
+        ensure_pip(NEEDS["report"])
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for name in cases:
+        print(f"== {name}{' (quick)' if args.quick else ''}", flush=True)
+        t0 = time.monotonic()
+        own = RESULTS / f"{name}.json"
+        mtime = own.stat().st_mtime if own.exists() else None
+        try:
+            result = run_case(name, args.quick, log=lambda m: print(m, flush=True))
+        except Exception as exc:  # one broken case must not hide the others' results
+            import traceback
+            traceback.print_exc()
+            result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        dt = time.monotonic() - t0
+        wrote_itself = own.exists() and own.stat().st_mtime != mtime
+        if result is not None and wrote_itself and result.get("ok", True):
+            print(f"== {name}: {dt:.1f} s -> {own.relative_to(RESULTS.parent.parent)} (written by the case)")
+        elif result is not None:
+            result.setdefault("wall_s", round(dt, 1))
+            path = save_result(name, result)
+            if not result.get("ok", True):
+                failed.append(name)
+            print(f"== {name}: {dt:.1f} s -> {path.relative_to(RESULTS.parent.parent)}", flush=True)
+        else:
+            print(f"== {name}: {dt:.1f} s", flush=True)
+    if not args.no_report:
+        from . import report
+        out = report.write()
+        print(f"report: {out}")
+    print(f"total {time.monotonic() - t_all:.1f} s" + (f"; cases with failures: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

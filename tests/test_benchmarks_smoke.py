@@ -1,0 +1,58 @@
+"""Smoke test of the benchmark harness: one tiny case of each kind that needs no external server.
+
+Checks result shapes and zero loss only — never speed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root holds benchmarks/
+
+from benchmarks import bench_filter, harness
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_filter_case_shape_and_counts():
+    for method in bench_filter.METHODS:
+        r = bench_filter.measure(method, "product(2)", 2, 100, 0.5, min_time=0.01)
+        assert r["ok"], r
+        assert r["method"] == method
+        assert r["messages"] > 0 and r["delivered_messages"] == r["messages"] // 2
+        for key in ("messages_per_s", "records_per_s_consumed", "records_per_s_delivered"):
+            assert isinstance(r[key], float) and r[key] > 0
+    none_pass = bench_filter.measure("transport", "total", 1, 1, 0.0, min_time=0.01)
+    assert none_pass["ok"] and none_pass["delivered_messages"] == 0
+
+
+def _check_row(r, expected_records):
+    assert r["ok"], r.get("detail") or r.get("error")
+    assert r["expected_records"] == expected_records
+    assert r["received_records"] == [expected_records] * r["subscribers"]
+    for key in ("records_per_s", "records_per_s_total", "messages_per_s", "seconds"):
+        assert isinstance(r[key], float) and r[key] > 0
+
+
+@pytest.mark.parametrize("api", ["epochs", "events"])
+def test_e2e_epochstream_tiny(api):
+    # 3 epochs x 10 messages x 100 records, two subscribers, two partitions
+    r = harness.run("epochstream", kind="dicts", per_message=100, subscribers=2, partitions=2,
+                    api=api, epochs=3, time_limit=30)
+    _check_row(r, 3 * 10 * 100)
+    assert r["messages"] == 30
+
+
+def test_e2e_raw_zmq_tiny():
+    r = harness.run("zmq", kind="arrow", per_message=1, epochs=3, time_limit=30)
+    _check_row(r, 3 * 100)
+
+
+def test_latency_mode_tiny():
+    r = harness.run("epochstream", kind="tuples", per_message=1000, mode="latency", epochs=5,
+                    api="epochs", time_limit=30)
+    _check_row(r, 5 * 4 * 1000)
+    assert r["latency_samples"] == 5
+    assert 0 < r["latency_p50_ms"] <= r["latency_p99_ms"]
