@@ -372,6 +372,10 @@ class Publisher:
                             self._cmd_in.recv(zmq.NOBLOCK)
                         except zmq.Again:
                             break
+                    # Clear the flag only here, after consuming the wake-ups and before draining:
+                    # a command appended from now on kicks again; one appended before is drained
+                    # below (or, if flow control blocks, on a later pass).
+                    self._kicked = False
                 if not blocked and stop_at is None and self._commands:
                     if self._run_commands():
                         stop_at = _time.monotonic() + self._stop_linger
@@ -395,7 +399,6 @@ class Publisher:
 
     def _run_commands(self, limit: int = 4096) -> bool:
         """Run queued commands (at most ``limit``, then let the loop serve peers); True on STOP."""
-        self._kicked = False  # reset before draining: a command appended later kicks again
         commands = self._commands
         upper_insert = self._loop_upper.insert
         broadcast = self._broadcast

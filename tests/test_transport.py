@@ -173,3 +173,18 @@ def test_idle_stream_keeps_subscriber_alive_with_heartbeats():
             with pytest.raises(TimeoutError):
                 for _ in sub.epochs(timeout=1.5):  # 1.5 s idle > 0.5 s timeout: heartbeats keep it alive
                     pass
+
+
+def test_no_lost_wakeup_between_caller_and_publisher_loop():
+    """Regression: a wake-up consumed while the loop was already draining left the 'kicked' flag
+    set, so the next call waited for the loop's idle timeout (the heartbeat interval). With a
+    30 s heartbeat, any lost wake-up makes this ping-pong time out."""
+    with Publisher("t", heartbeat_interval=30) as pub, \
+            Subscriber("t", endpoints=[pub.endpoint], timeout=60, ping_interval=30) as sub:
+        assert sub.wait_ready(5)
+        epochs = sub.epochs(timeout=5)  # TimeoutError if an epoch takes longer than 5 s
+        for e in range(300):
+            for _ in range(5):  # a burst: later calls land while the loop drains earlier ones
+                pub.send(e, [e])
+            pub.advance_to(e + 1)
+            assert next(epochs).time == e
