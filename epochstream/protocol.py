@@ -180,9 +180,14 @@ class PublisherProtocol:
         """Record a data batch at ``time``: updates the upper frontier and returns the
         :class:`DataMessage` to broadcast. Raises :class:`ProtocolError` (state unchanged) when the
         time has the wrong shape or no lower-frontier element is ``<= time``."""
+        return DataMessage(self.accept(time), data)
+
+    def accept(self, time):
+        """:meth:`data` without building the message: validate ``time``, update the upper
+        frontier, return the normalised time."""
         time = self.check_data(time)
         self._upper.insert(time)
-        return DataMessage(time, data)
+        return time
 
     def snapshot(self) -> InitialFrontierSnapshot:
         """The :class:`InitialFrontierSnapshot` for a subscriber joining now."""

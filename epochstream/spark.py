@@ -29,7 +29,11 @@ every topic partition, COMMIT(epoch, the attempts Spark kept for that partition 
 The host publishes exactly those attempts' staged batches (in Spark partition order), discards
 every other attempt's staged data for the epoch (failed or speculative attempts), then advances
 that partition's publisher to ``epoch + 1`` — which completes the epoch for subscribers. COMMIT
-is idempotent: if the partition is already past ``epoch`` nothing is published again.
+is idempotent: if the partition is already past ``epoch`` nothing is published again. COMMIT
+carries each attempt's reported row count, and the host refuses (``ERR``) a COMMIT whose
+attempts staged other counts (e.g. their rows were dropped by a late ABORT of a stopped run):
+an epoch is never completed with rows missing; Spark's commit fails and the batch re-runs on
+restart.
 ``abort()`` discards the epoch's staged data. Staged data of epochs at or below a committed
 epoch is dropped, and the total staged bytes are bounded (``max_staged_bytes``).
 
@@ -37,7 +41,8 @@ Ingest wire format (DEALER → ROUTER, msgpack headers)
 -----------------------------------------------------
 ``[b"DATA", [run, epoch, spark_partition, attempt, rows], ipc_bytes]`` (no reply unless
 malformed), ``[b"FLUSH", {req, run, epoch, attempt, batches, rows}]``,
-``[b"COMMIT", {req, epoch, attempts: [[run, attempt], ...], query}]``,
+``[b"COMMIT", {req, epoch, attempts: [[run, attempt, rows], ...], query}]`` (``rows``: what the
+task reported; optional — a COMMIT whose named attempts staged other row counts is refused),
 ``[b"ABORT", {req, epoch, attempts}]``. Replies: ``[b"OK" | b"ERR", {req, ...}]``. A malformed
 message gets an ``ERR`` reply (``req`` is ``None`` when it could not be read) and a log line; the
 serving loop keeps going.
@@ -222,7 +227,7 @@ def send_commit(catalog: str | None, topic: str, epoch: int, messages, *,
     n = len(endpoints)
     attempts: list[list] = [[] for _ in range(n)]
     for m in sorted((m for m in messages if m is not None), key=lambda m: m.partition):
-        attempts[m.partition % n].append([m.run_id, int(m.task_attempt_id)])
+        attempts[m.partition % n].append([m.run_id, int(m.task_attempt_id), int(m.rows)])
     # send all COMMITs first, then collect: the partitions commit in parallel
     clients, reqs = [], []
     for p, ep in enumerate(endpoints):
@@ -377,6 +382,7 @@ class PartitionStats:
     batches: int = 0          # data messages published
     duplicates: int = 0       # repeated COMMITs of an already committed epoch
     discarded_batches: int = 0  # staged batches of attempts that were not committed
+    aborts: int = 0           # ABORT requests received (Spark's abort() of a batch)
     staged_batches: int = 0   # data messages received (staged), published or not
     errors: int = 0           # malformed / refused ingest messages
     next_epoch: int = 0       # the partition's frontier: every epoch below it is complete
@@ -514,13 +520,29 @@ class _PartitionServer:
 
     def _commit(self, header) -> dict:
         epoch = _int(header["epoch"], "epoch")
-        names = [(str(r), _int(a, "attempt")) for r, a in header.get("attempts") or ()]
+        names, expected = [], {}
+        for entry in header.get("attempts") or ():
+            if not isinstance(entry, (list, tuple)) or len(entry) not in (2, 3):
+                raise ValueError(f"COMMIT attempts must be [run, attempt(, rows)], got {entry!r}")
+            name = (str(entry[0]), _int(entry[1], "attempt"))
+            names.append(name)
+            if len(entry) == 3:
+                expected[name] = _int(entry[2], "rows")
         st = self.stats
         if epoch < st.next_epoch:  # already committed: idempotent
             st.duplicates += 1
             self._gc(st.next_epoch)
             return {"req": header.get("req"), "duplicate": True, "published_batches": 0,
                     "rows": 0, "next_epoch": st.next_epoch}
+        # Never complete an epoch with rows missing: every named attempt must have staged what
+        # its task reported (its staged rows may be gone after a late ABORT of the epoch, e.g.
+        # from a stopped run). Refusing fails Spark's commit; the batch re-runs on restart.
+        have = self.staged.get(epoch, {})
+        short = [(n, (have[n][0] if n in have else 0), rows) for n, rows in expected.items()
+                 if (have[n][0] if n in have else 0) != rows]
+        if short:
+            raise ValueError(f"epoch {epoch}: staged rows differ from what the tasks reported "
+                             f"(attempt, staged, reported): {short}; epoch not committed")
         epoch_staged = self.staged.pop(epoch, {})
         missing = [n for n in names if n not in epoch_staged]
         # an attempt that sent no rows stages nothing: only complain about none here
@@ -558,6 +580,7 @@ class _PartitionServer:
 
     def _abort(self, header) -> dict:
         epoch = _int(header["epoch"], "epoch")
+        self.stats.aborts += 1
         dropped = self.staged.pop(epoch, {})
         for slot in dropped.values():
             self.stats.discarded_batches += len(slot[1])
@@ -686,6 +709,14 @@ class SparkPublisherHost:
     def data_upper(self) -> int:
         """The largest epoch any partition has published data of (``-1``: none)."""
         return max(s.stats.data_upper for s in self._servers)
+
+    def staged_bytes(self, partition: int | None = None) -> int:
+        """Bytes staged (received from tasks, neither published nor discarded yet) on one
+        partition, or summed over all: what a batch in flight, or the last batch of a killed
+        driver, holds in this process (bounded by ``max_staged_bytes`` per partition)."""
+        if partition is not None:
+            return self._servers[partition].staged_bytes
+        return sum(s.staged_bytes for s in self._servers)
 
     def errors(self) -> list[BaseException]:
         return [s.error for s in self._servers if s.error is not None]

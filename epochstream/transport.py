@@ -112,6 +112,11 @@ class Publisher:
     strict:
         reject progress updates that release a capability never held (see
         :class:`~epochstream.protocol.PublisherProtocol`).
+    coalesce_bytes:
+        batching without linger (Kafka's producer batching with ``linger.ms=0``): when the loop
+        finds several data calls for the same time already queued, it sends them as one message
+        of up to this many payload bytes (msgpack only: the arrays are concatenated without
+        decoding). Nothing waits for a batch to fill; 0 disables it.
 
     Flow control: a subscriber that opens with credit (``Subscriber(credit=N)``) is sent at most
     its granted messages; beyond that its messages wait in its backlog, and when that backlog is
@@ -129,6 +134,7 @@ class Publisher:
                  heartbeat_interval: float = 1.0, sndhwm: int = 1000,
                  max_queue_messages: int = 100_000, max_queue_bytes: int = 256 << 20,
                  queue_hwm: int = 1000, start=None, strict: bool = True,
+                 coalesce_bytes: int = 64 << 10,
                  context: zmq.Context | None = None):
         if isinstance(order, str):
             order = by_name(order)
@@ -144,6 +150,8 @@ class Publisher:
         self.max_queue_bytes = int(max_queue_bytes)
         self.incarnation = uuid.uuid4().hex
         self._protocol = PublisherProtocol(order, start=start, strict=strict)
+        self._last_time, self._last_header = object(), b""  # header of the last data time
+        self.coalesce_bytes = int(coalesce_bytes) if self.codec.name == "msgpack" else 0
         self._capability = self._protocol.lower[0]
         self._lock = threading.Lock()
         self._closed = False
@@ -237,8 +245,10 @@ class Publisher:
         """Publish an already-encoded payload (bytes-like, in the topic's codec) at ``time``."""
         with self._lock:
             self._check_open()
-            msg = self._protocol.data(time, None)
-            self._enqueue((_CMD_DATA, msg.time, [wire.DATA, wire.encode_time(msg.time), payload]))
+            t = self._protocol.accept(time)
+            if t != self._last_time or type(t) is not type(self._last_time):
+                self._last_time, self._last_header = t, wire.encode_time(t)
+            self._enqueue((_CMD_DATA, t, [wire.DATA, self._last_header, payload]))
 
     def progress(self, updates) -> LowerFrontierUpdate | None:
         """Apply timely progress updates ``[(time, delta), ...]`` to the lower frontier and
@@ -410,6 +420,8 @@ class Publisher:
             kind, arg, frames = commands.popleft()
             if kind is _CMD_DATA:
                 upper_insert(arg)
+                if commands and self.coalesce_bytes:
+                    frames = self._coalesce(arg, frames)
                 broadcast(frames)
                 data += 1
             elif kind is _CMD_FRONTIER:
@@ -430,6 +442,30 @@ class Publisher:
             with self._space:
                 self._space.notify_all()
         return stop
+
+    def _coalesce(self, time, frames):
+        """Merge the data commands for ``time`` queued right behind ``frames`` into one message
+        (see ``coalesce_bytes``)."""
+        commands = self._commands
+        payloads = [frames[2]]
+        size = len(frames[2])
+        limit = self.coalesce_bytes
+        while commands and size < limit:
+            kind, t, nxt = commands[0]
+            if kind is not _CMD_DATA or t != time or size + len(nxt[2]) > limit:
+                break
+            commands.popleft()
+            payloads.append(nxt[2])
+            size += len(nxt[2])
+        if len(payloads) == 1:
+            return frames
+        merged = self.codec.merge(payloads)
+        if merged is None:  # a payload that is not an array: send them one by one, in order
+            for p in payloads[:-1]:
+                self._broadcast([frames[0], frames[1], p])
+            return [frames[0], frames[1], payloads[-1]]
+        self.stats["coalesced"] += len(payloads) - 1
+        return [frames[0], frames[1], merged]
 
     def _handle_peers(self) -> None:
         router = self._router

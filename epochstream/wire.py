@@ -279,11 +279,45 @@ class MsgpackCodec:
         return len(records)
 
     @staticmethod
+    def merge(payloads: list) -> bytes | None:
+        """Concatenate encoded payloads (msgpack arrays) into one array without decoding the
+        records: only the array headers are rewritten. ``None`` if one is not an array."""
+        total = 0
+        bodies = []
+        for p in payloads:
+            n, skip = _array_header(p)
+            if n is None:
+                return None
+            total += n
+            bodies.append(memoryview(p)[skip:])
+        if total < 16:
+            head = bytes([0x90 | total])
+        elif total < 1 << 16:
+            head = b"\xdc" + total.to_bytes(2, "big")
+        else:
+            head = b"\xdd" + total.to_bytes(4, "big")
+        return b"".join([head, *bodies])
+
+    @staticmethod
     def combine(chunks: list) -> list:
         out: list = []
         for c in chunks:
             out.extend(c)
         return out
+
+
+def _array_header(p) -> tuple[int | None, int]:
+    """(element count, header length) of a msgpack array, or (None, 0)."""
+    if not len(p):
+        return None, 0
+    b0 = p[0]
+    if 0x90 <= b0 <= 0x9f:
+        return b0 & 0x0f, 1
+    if b0 == 0xdc and len(p) >= 3:
+        return int.from_bytes(p[1:3], "big"), 3
+    if b0 == 0xdd and len(p) >= 5:
+        return int.from_bytes(p[1:5], "big"), 5
+    return None, 0
 
 
 class ArrowCodec:
@@ -325,6 +359,11 @@ class ArrowCodec:
     @staticmethod
     def count(records) -> int:
         return records.num_rows
+
+    @staticmethod
+    def merge(payloads: list) -> None:
+        """Arrow payloads are not merged (one RecordBatch per message)."""
+        return None
 
     def combine(self, chunks: list):
         return self._pa.Table.from_batches(chunks)

@@ -1,0 +1,579 @@
+"""Spark faults (issue 4, section 3), each with a real local SparkSession, a real
+:class:`SparkPublisherHost` and a real :class:`Subscriber` over ZeroMQ — nothing we ship is mocked.
+
+1. a task's Python worker killed (SIGKILL) mid-write, after the sink staged some of its rows;
+2. the query stopped while a batch is in flight (mid-write, or mid-commit), then restarted from
+   the same checkpoint;
+3. the Spark driver (a separate Python process and its JVM) killed with SIGKILL mid-batch, then
+   started again from the same checkpoint while the host kept serving.
+
+Every test checks what a subscriber attached throughout received: each epoch exactly once, in
+order, and whole (row counts and dates equal the pandas reference of :mod:`epochstream.flights`).
+The numbers quoted in docs/reliability.md ("Spark faults") come from ``timings`` printed with
+``pytest -s``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from epochstream import flights  # noqa: E402
+from epochstream.catalog import Catalog  # noqa: E402
+from epochstream.spark import SparkPublisherHost, start_query  # noqa: E402
+from epochstream.transport import Subscriber  # noqa: E402
+
+TOPIC = "flights"
+QUERY_TIMEOUT = 180  # seconds: generous, the CI machine may be busy
+
+
+class Collector:
+    """A real Subscriber on its own thread, collecting (epoch, rows, dates, arrival time) until the
+    stream ends (the host closes). ``sub`` is exposed for its frontier and message counters."""
+
+    def __init__(self, catalog, *, timeout: float = 10.0):
+        self.epochs: list[tuple[int, int, set, float]] = []
+        self.error: BaseException | None = None
+        self.sub: Subscriber | None = None
+        self.ready = threading.Event()
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(target=self._run, args=(catalog, timeout), daemon=True)
+        self.thread.start()
+        assert self.ready.wait(30), "subscriber not ready"
+        if self.error is not None:
+            raise self.error
+
+    def _run(self, catalog, timeout):
+        try:
+            with Subscriber(TOPIC, catalog=catalog, wait=10.0, timeout=timeout) as sub:
+                self.sub = sub
+                assert sub.wait_ready(20)
+                self.ready.set()
+                for e in sub.epochs(timeout=QUERY_TIMEOUT):
+                    t = e.records
+                    dates = set(t.column("dep_date").to_pylist()) if len(e) else set()
+                    with self.changed:
+                        self.epochs.append((e.time, len(e), dates, time.time()))
+                        self.changed.notify_all()
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+        finally:
+            self.ready.set()
+            with self.changed:
+                self.changed.notify_all()
+
+    def wait_for(self, epoch: int, timeout: float = 60.0) -> bool:
+        """Wait until ``epoch`` was delivered (or the subscriber failed)."""
+        with self.changed:
+            return self.changed.wait_for(
+                lambda: self.error is not None or any(e == epoch for e, *_ in self.epochs), timeout)
+
+    def delivered(self) -> list[int]:
+        with self.changed:
+            return [e for e, *_ in self.epochs]
+
+    def join(self):
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        if self.error is not None:
+            raise self.error
+
+
+def _check_whole(collected, files):
+    """Every epoch exactly once, in order, with exactly pandas' rows of exactly its day."""
+    assert [e for e, *_ in collected] == list(range(files.days))
+    for e, n, dates, _ in collected:
+        assert n == files.counts[e], f"epoch {e}: {n} rows, pandas says {files.counts[e]}"
+        assert dates == {files.dates[e]}
+
+
+def _stream(spark, files):
+    return (spark.readStream.schema(flights.spark_schema_ddl())
+            .option("maxFilesPerTrigger", files.files_per_day).parquet(files.directory))
+
+
+def _start(spark, df, host, ck):
+    return start_query(spark, df, TOPIC, checkpoint=ck, catalog=host.catalog_path,
+                       trigger={"availableNow": True})
+
+
+def _await(q):
+    assert q.awaitTermination(QUERY_TIMEOUT), "query did not finish"
+    assert q.exception() is None, q.exception()
+
+
+def _wait_until(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+class _PublishTimes:
+    """``on_published`` callback: when each (partition, epoch) was completed on the host."""
+
+    def __init__(self):
+        self.at: dict[tuple[int, int], float] = {}
+
+    def __call__(self, partition, epoch, rows):
+        self.at.setdefault((partition, epoch), time.time())
+
+
+@pytest.fixture
+def quiet_spark(spark):
+    """The session with 100-row Arrow batches (a day of ~900 rows is > 64 KiB: the sink really
+    receives and stages rows before the injected fault) and no logging of the injected failures."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    spark.sparkContext.setLogLevel("OFF")
+    try:
+        yield spark
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+        spark.sparkContext.setLogLevel("ERROR")
+
+
+# ============================================================================================
+# 1. a task's Python worker killed mid-write
+
+
+def _writer_workers(port: int, exclude: int) -> list:
+    """Spark's Python task workers (``pyspark.daemon`` forks running ``pyspark.worker``; the sink's
+    ``write()`` runs in one, not in the ``write_into_data_source`` worker, which only builds the
+    writer on the driver side) with a connection to the ingest ``port``, except pid ``exclude``."""
+    import psutil
+
+    out = []
+    for p in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if (p.pid != exclude and p.cmdline()[-1:] == ["pyspark.worker"]
+                    and any(c.raddr and c.raddr.port == port for c in p.net_connections("tcp"))):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("victim", ["upstream", "writer"])
+def test_task_worker_killed_mid_write(quiet_spark, tmp_path, victim):
+    """Batch 2, Spark partition 0, attempt 0 is killed after the sink staged some of its rows.
+    The task runs two Python worker processes: an upstream ``mapInArrow`` that yields eight
+    100-row batches, and the sink's writer (``write()``), which sends them to the host.
+
+    - ``upstream``: the mapInArrow worker SIGKILLs itself (after a second, so that the writer
+      staged what it got past the JVM's ~64 KiB buffer);
+    - ``writer``: the mapInArrow worker holds; the test finds the writer process (the worker
+      connected to the ingest socket) and SIGKILLs it in the middle of the attempt.
+
+    Spark treats a crashed Python worker like a failed task ("Python worker exited unexpectedly
+    (crashed)") and retries it (local[2,2]); the query does not fail. The killed attempt's staged
+    rows are discarded, the retry's are published once; every epoch arrives once and whole."""
+    spark = quiet_spark
+    marker, held, release = tmp_path / "killed-at", tmp_path / "held", tmp_path / "release"
+
+    # nested: cloudpickle ships a local function by value (workers cannot import test modules)
+    def _inject(batches, victim=victim, marker=str(marker), held=str(held), release=str(release)):
+        import os
+        import signal
+        import time
+
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        fault = (ctx.getLocalProperty("streaming.sql.batchId") == "2" and ctx.partitionId() == 0
+                 and ctx.attemptNumber() == 0)
+        for i, b in enumerate(batches):
+            yield b
+            if fault and i == 7:
+                if victim == "upstream":
+                    time.sleep(1.0)  # the writer (another Python worker) stages what it got
+                    with open(marker, "w") as f:
+                        f.write(repr(time.time()))
+                    os.kill(os.getpid(), signal.SIGKILL)
+                with open(held, "w") as f:
+                    f.write(str(os.getpid()))
+                deadline = time.monotonic() + 120
+                while not os.path.exists(release) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+    files = flights.day_files(4, files_per_day=1)  # one Spark partition (~900 rows) per day
+    cat = Catalog(tmp_path / "cat")
+    published = _PublishTimes()
+    with SparkPublisherHost(TOPIC, partitions=2, catalog=cat, on_published=published) as host:
+        sub = Collector(cat)
+        df = _stream(spark, files)
+        q = _start(spark, df.mapInArrow(_inject, df.schema), host, tmp_path / "ck")
+        if victim == "writer":
+            _wait_until(lambda: held.exists() or not q.isActive, QUERY_TIMEOUT,
+                        "the task of batch 2 to be held")
+            assert q.isActive, f"the query ended without the fault: {q.exception()}"
+            _wait_until(lambda: host.staged_bytes(0) > 0, 60, "rows of batch 2 to be staged")
+            port = int(host.ingest_endpoints[0].rsplit(":", 1)[1])
+            writers = _writer_workers(port, exclude=int(held.read_text()))
+            assert writers, "no writer worker connected to the ingest socket"
+            marker.write_text(repr(time.time()))
+            for p in writers:  # workers are reused: idle ones of earlier tasks may be there too
+                p.kill()
+            killed = len(writers)
+            release.touch()
+        _await(q)
+        stats = host.stats()
+        left = host.staged_bytes()
+    sub.join()
+    _check_whole(sub.epochs, files)
+    assert marker.exists(), "the fault was not injected"
+    killed_at = float(marker.read_text())
+    s = stats[0]
+    assert s.discarded_batches >= 1, stats          # the killed attempt had staged rows ...
+    assert s.staged_batches == s.batches + s.discarded_batches  # ... none of them published
+    assert s.rows == files.rows and stats[1].rows == 0
+    assert all(x.duplicates == 0 for x in stats) and left == 0
+    if victim == "writer":
+        print(f"\nkilled {killed} writer worker(s)")
+    print(f"\ntimings ({victim}): worker killed -> epoch 2 published "
+          f"{published.at[(0, 2)] - killed_at:.2f} s; discarded {s.discarded_batches} staged "
+          f"batches of the killed attempt; stats {stats}")
+
+
+# ============================================================================================
+# 2. the query stopped mid-batch, restarted from its checkpoint
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("where", ["mid-write", "mid-commit"])
+def test_query_stopped_mid_batch_and_restarted(quiet_spark, tmp_path, where):
+    """Stop the query while batch 2 is in flight, restart it from the same checkpoint with the
+    same host; a subscriber attached throughout sees every epoch once and whole.
+
+    - ``mid-write``: a task of batch 2 has sent rows that the host staged, and is held (it waits
+      for a file) when ``q.stop()`` is called. Nothing of batch 2 is committed; the restart
+      re-runs batch 2 under a new run id and the stopped run's staged rows are discarded.
+    - ``mid-commit``: the host holds COMMIT(2) on topic partition 0 after publishing its data and
+      before advancing (``pause(0, 2, "data")``); partition 1 has already completed epoch 2.
+      ``q.stop()`` is called there; the host finishes the commit once resumed, so epoch 2 is
+      complete for subscribers — but Spark never recorded batch 2 as committed: the restart
+      re-runs it and the host acknowledges the repeated COMMIT without publishing anything."""
+    spark = quiet_spark
+    hold, release = tmp_path / "held", tmp_path / "release"
+
+    def _hold(batches, hold=str(hold), release=str(release)):
+        import os
+        import time
+
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        held = (ctx.getLocalProperty("streaming.sql.batchId") == "2" and ctx.partitionId() == 0
+                and not os.path.exists(release))
+        for i, b in enumerate(batches):
+            yield b
+            if held and i == 7:
+                open(hold, "w").close()
+                deadline = time.monotonic() + 120
+                while not os.path.exists(release) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+    # mid-write: one file (one Spark partition, ~900 rows > 64 KiB) per day, so that rows reach
+    # the sink before the hold; mid-commit: two files per day, one per topic partition
+    files = flights.day_files(5, files_per_day=1 if where == "mid-write" else 2)
+    cat = Catalog(tmp_path / "cat")
+    ck = tmp_path / "ck"
+    with SparkPublisherHost(TOPIC, partitions=2, catalog=cat) as host:
+        sub = Collector(cat)
+        df = _stream(spark, files)
+        if where == "mid-write":
+            df = df.mapInArrow(_hold, df.schema)
+            pause = None
+        else:
+            release.touch()
+            pause = host.pause(0, 2, "data")
+        q = _start(spark, df, host, ck)
+        if pause is None:
+            _wait_until(lambda: hold.exists() or not q.isActive, QUERY_TIMEOUT,
+                        "the task of batch 2 to be held")
+            assert q.isActive, f"the query ended without the hold: {q.exception()}"
+            _wait_until(lambda: host.staged_bytes(0) > 0, 60, "rows of batch 2 to be staged")
+            staged_before = host.stats(0).staged_batches - host.stats(0).batches
+        else:
+            assert pause.wait(QUERY_TIMEOUT), "COMMIT(2) never reached the pause point"
+        assert host.next_epoch() == 2 and sub.wait_for(1)
+        t0 = time.monotonic()
+        stopper = threading.Thread(target=q.stop, daemon=True)
+        stopper.start()
+        _wait_until(lambda: not q.isActive, 60, "the query to become inactive")
+        inactive_after = time.monotonic() - t0
+        if pause is None:
+            stopper.join(60)
+            assert not stopper.is_alive(), "q.stop() did not return while a task was held"
+            release.touch()  # the held worker (if Spark did not kill it) may go on
+            assert host.stats(0).next_epoch == 2 and sub.delivered() == [0, 1]
+        else:
+            # q.stop() waits for the batch thread, which waits for COMMIT(2)'s acknowledgement
+            time.sleep(0.5)
+            assert stopper.is_alive() and host.stats(0).next_epoch == 2
+            assert sub.delivered() == [0, 1]  # epoch 2 is in flight: not delivered yet
+            pause.resume()
+            stopper.join(60)
+            assert not stopper.is_alive(), "q.stop() did not return after the commit finished"
+            assert sub.wait_for(2), "epoch 2 is complete on every partition: delivered"
+        stopped_after = time.monotonic() - t0
+        assert q.exception() is None, q.exception()
+        assert [p["batchId"] for p in q.recentProgress] == [0, 1]  # batch 2 never finished
+        before_restart = host.stats()
+
+        t1 = time.monotonic()
+        q2 = _start(spark, df, host, ck)
+        _await(q2)
+        restart_s = time.monotonic() - t1
+        assert [p["batchId"] for p in q2.recentProgress] == [2, 3, 4]  # batch 2 re-ran
+        stats = host.stats()
+        left = host.staged_bytes()
+    sub.join()
+    _check_whole(sub.epochs, files)
+    assert sum(s.rows for s in stats) == files.rows
+    assert all(s.staged_batches == s.batches + s.discarded_batches for s in stats)
+    assert left == 0
+    if where == "mid-write":
+        # the stopped run's staged rows of epoch 2 were superseded by the re-run and discarded
+        assert staged_before >= 1 and stats[0].discarded_batches >= staged_before, stats
+        assert all(s.duplicates == 0 for s in stats)
+    else:
+        # the re-run COMMIT(2) was acknowledged as a duplicate on both partitions, and its rows
+        # (which arrived after epoch 2 was complete) were dropped on arrival: never staged
+        assert [s.duplicates for s in stats] == [1, 1], stats
+        assert all(s.discarded_batches == 0 for s in stats), stats
+        # after the restart only epochs 3 and 4 carried rows: the re-run of 2 published nothing
+        assert (sum(s.rows for s in stats) - sum(s.rows for s in before_restart)
+                == files.counts[3] + files.counts[4])
+    print(f"\ntimings ({where}): inactive after {inactive_after:.2f} s, q.stop() returned after "
+          f"{stopped_after:.2f} s, restart (batches 2-4) {restart_s:.2f} s; stats {stats}")
+
+
+# ============================================================================================
+# 3. the Spark driver killed
+
+
+_DRIVER = """
+    import os, sys, time
+
+    from epochstream import flights
+    from epochstream.spark import local_session, start_query
+
+    topic, catalog, source, ck, hold_epoch, hold_file = sys.argv[1:7]
+    spark = local_session("epochstream-fault-driver", master="local[1,2]",
+                          conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
+
+    def hold(batches, hold_epoch=hold_epoch, hold_file=hold_file):
+        import os, time
+        from pyspark import TaskContext
+
+        held = TaskContext.get().getLocalProperty("streaming.sql.batchId") == hold_epoch
+        for i, b in enumerate(batches):
+            yield b
+            if held and i == 7:
+                with open(hold_file, "w") as f:
+                    f.write(str(os.getpid()))
+                time.sleep(600)  # until the driver (and this worker with it) is killed
+
+    df = (spark.readStream.schema(flights.spark_schema_ddl())
+          .option("maxFilesPerTrigger", 1).parquet(source))
+    q = start_query(spark, df.mapInArrow(hold, df.schema), topic, checkpoint=ck, catalog=catalog,
+                    trigger={"availableNow": True})
+    print("started", time.time(), flush=True)
+    q.awaitTermination()
+    if q.exception() is not None:
+        print("query failed:", q.exception(), flush=True)
+        sys.exit(1)
+    print("done", time.time(), [p["batchId"] for p in q.recentProgress], flush=True)
+    spark.stop()
+"""
+
+
+def _alive(procs) -> list:
+    """The processes of ``procs`` (psutil) still running (a zombie counts as gone)."""
+    import psutil
+
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _tree(pid: int) -> list:
+    """``pid`` and all its descendants (psutil)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+class _Driver:
+    """The driver script in its own process group (so that SIGKILL reaches its JVM too; PySpark's
+    worker daemon puts itself and its workers in a group of their own and exits, with them, when
+    the JVM's pipe to it closes)."""
+
+    def __init__(self, tmp_path: Path, name: str, argv: list[str]):
+        self.log = tmp_path / f"{name}.log"
+        self.started = time.time()
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), *argv],
+                                         stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True, cwd=tmp_path)
+        self.pgid = self.proc.pid  # start_new_session: pid == pgid
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:]
+
+    def kill_group(self) -> None:
+        os.killpg(self.pgid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(30)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_driver_killed_host_keeps_serving(tmp_path):
+    """The Spark driver runs in a subprocess (its own process group: Python driver, JVM, Python
+    workers); the host and a subscriber run here. Batch 2's task sends rows (the host stages
+    them) and then hangs; the whole driver group is SIGKILLed. The host keeps serving: the
+    subscriber keeps getting heartbeats past its liveness timeout, its merged lower frontier is
+    2 (epochs 0-1 complete). A new driver on the same checkpoint re-runs batch 2 (new run id): its
+    attempt is published, the killed run's staged rows are discarded; epochs 2-3 follow."""
+    (tmp_path / "driver.py").write_text(textwrap.dedent(_DRIVER))
+    files = flights.day_files(4, files_per_day=1)
+    cat = Catalog(tmp_path / "cat")
+    ck, hold = tmp_path / "ck", tmp_path / "held"
+    sub_timeout = 3.0
+    published = _PublishTimes()
+    drivers: list[_Driver] = []
+
+    def driver(name, hold_epoch):
+        d = _Driver(tmp_path, name, [TOPIC, host.catalog_path, files.directory, str(ck),
+                                     str(hold_epoch), str(hold)])
+        drivers.append(d)
+        return d
+
+    try:
+        with SparkPublisherHost(TOPIC, partitions=2, catalog=cat, on_published=published) as host:
+            sub = Collector(cat, timeout=sub_timeout)
+            first = driver("driver-1", 2)
+            _wait_until(lambda: hold.exists() or first.proc.poll() is not None, QUERY_TIMEOUT,
+                        "batch 2 to be held")
+            assert first.proc.poll() is None, first.tail()
+            _wait_until(lambda: host.staged_bytes(0) > 0, 60, "rows of batch 2 to be staged")
+            assert host.next_epoch() == 2 and sub.wait_for(1)
+            tree = _tree(first.proc.pid)  # driver, JVM, PySpark daemon, Python workers
+            names = [p.name() for p in tree]
+            assert "java" in names and len(tree) >= 4, names
+
+            killed_at = time.time()
+            first.kill_group()
+            _wait_until(lambda: not _alive(tree), 30, "the driver's processes to die")
+            gone_after = time.time() - killed_at
+
+            # the host keeps serving: heartbeats keep coming for > 2 subscriber timeouts
+            heard = sub.sub.stats["messages"]
+            t = time.monotonic()
+            while time.monotonic() - t < 2 * sub_timeout:
+                assert sub.error is None, f"subscriber failed while the driver was down: {sub.error!r}"
+                time.sleep(0.2)
+            assert sub.thread.is_alive() and sub.error is None
+            assert sub.sub.stats["messages"] >= heard + int(sub_timeout), "no heartbeats"
+            assert sub.sub.lower == (2,), sub.sub.lower   # last committed epoch + 1
+            assert sub.delivered() == [0, 1]
+            # the killed run's rows of epoch 2 stay staged (bounded by max_staged_bytes) until
+            # the re-run supersedes them
+            staged = host.stats(0).staged_batches - host.stats(0).batches
+            staged_bytes = host.staged_bytes()
+            assert staged >= 1 and staged_bytes > 0
+
+            restarted_at = time.time()
+            second = driver("driver-2", -1)
+            assert second.proc.wait(QUERY_TIMEOUT) == 0, second.tail()
+            assert "[2, 3]" in second.tail(), second.tail()  # resumed at batch 2, not 0
+            assert sub.wait_for(3), "epoch 3 not delivered"
+            stats = host.stats()
+            left = host.staged_bytes()
+        sub.join()
+    finally:
+        for d in drivers:
+            d.cleanup()
+    _check_whole(sub.epochs, files)
+    s = stats[0]
+    assert staged >= 1 and s.discarded_batches == staged, stats  # the killed run's rows: dropped
+    assert s.staged_batches == s.batches + s.discarded_batches
+    assert s.rows == files.rows and all(x.duplicates == 0 for x in stats) and left == 0
+    print(f"\ntimings: driver, JVM and {len(tree) - 2} PySpark daemon/worker processes gone {gone_after:.2f} s after "
+          f"SIGKILL; restart -> epoch 2 "
+          f"published {published.at[(0, 2)] - restarted_at:.2f} s; kill -> epoch 2 delivered "
+          f"{sub.epochs[2][3] - killed_at:.2f} s; staged while down {staged} batches / "
+          f"{staged_bytes} bytes; driver start -> epoch 0 published "
+          f"{published.at[(0, 0)] - first.started:.2f} s (first run)")
+
+
+# ============================================================================================
+# the host never completes an epoch whose committed attempt lost its staged rows
+
+
+def test_commit_refused_when_staged_rows_are_gone(tmp_path):
+    """A late ABORT(epoch) (e.g. from a stopped run) drops staged rows; a COMMIT naming an
+    attempt whose rows are gone is refused and the partition does not advance, instead of
+    completing the epoch without them. The batch's re-run (a new attempt) then commits."""
+    import datetime as dt
+
+    import msgpack
+    import pyarrow as pa
+
+    from epochstream.spark import (EpochstreamCommitMessage, EpochstreamStreamWriter,
+                                   IngestError, _client, _ipc_bytes)
+
+    def stage(ep, run, attempt, n):
+        b = pa.record_batch({"dep_date": pa.array([dt.date(2013, 1, 1)] * n, pa.date32())})
+        c = _client(ep)
+        c.send_data([b"DATA", msgpack.packb([run, 0, 0, attempt, n]), _ipc_bytes(b)], 5)
+        return c.request(b"FLUSH", {"run": run, "epoch": 0, "attempt": attempt, "batches": 1,
+                                    "rows": n}, 5)
+
+    def msg(run, attempt, rows):
+        return EpochstreamCommitMessage(query_id="q", run_id=run, epoch=0, partition=0,
+                                        topic_partition=0, task_attempt_id=attempt,
+                                        attempt_number=0, rows=rows, batches=1)
+
+    cat = Catalog(tmp_path / "cat")
+    with SparkPublisherHost(TOPIC, partitions=1, catalog=cat) as host:
+        sub = Collector(cat)
+        ep = host.ingest_endpoints[0]
+        writer = EpochstreamStreamWriter({"topic": TOPIC, "catalog": host.catalog_path,
+                                          "commitTimeout": "5"})
+        assert stage(ep, "run-a", 1, 7)["rows"] == 7
+        writer.abort([None], 0)                      # a late ABORT of epoch 0 drops them
+        with pytest.raises(IngestError, match="staged rows differ"):
+            writer.commit([msg("run-a", 1, 7)], 0)
+        assert host.next_epoch() == 0 and sub.delivered() == []
+        assert stage(ep, "run-b", 2, 7)["rows"] == 7  # the re-run after restart
+        writer.commit([msg("run-b", 2, 7)], 0)
+        assert sub.wait_for(0, 30)
+        stats = host.stats(0)
+    sub.join()
+    assert [(e, n) for e, n, *_ in sub.epochs] == [(0, 7)]
+    assert stats.rows == 7 and stats.errors == 1 and stats.aborts == 1
