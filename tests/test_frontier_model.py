@@ -20,36 +20,7 @@ from epochstream.order import TOTAL, dual, product
 from epochstream.testing import maximal, minimal, universe
 
 
-class LexPair:
-    """Lexicographic order on pairs — a total order that is not TOTAL (no fast path)."""
-
-    name = "lex2"
-    minimum = (0, 0)
-    universe = [(a, b) for a in range(3) for b in range(3)]
-
-    @staticmethod
-    def le(a, b):
-        return a <= b
-
-    @staticmethod
-    def lt(a, b):
-        return a < b
-
-
-class Divides:
-    """Divisibility on 1..12 (a partial order without a sort key: exercises the plain-set path)."""
-
-    name = "divides"
-    minimum = 1
-    universe = list(range(1, 13))
-
-    @staticmethod
-    def le(a, b):
-        return b % a == 0
-
-    @staticmethod
-    def lt(a, b):
-        return a != b and b % a == 0
+from user_orders import Divides, LexPairNoKey as LexPair  # noqa: E402
 
 
 ORDERS = [TOTAL, product(1), product(2), product(3), product(4), LexPair(), Divides()]

@@ -21,40 +21,7 @@ from epochstream.testing import (AtomicityChecker, assert_epoch_atomic, event_st
 from hypothesis_profiles import examples
 
 
-class LexPair:
-    """Lexicographic pairs: a user-defined total order on tuples (with a key)."""
-
-    name = "lex2"
-    minimum = (0, 0)
-    universe = [(a, b) for a in range(3) for b in range(3)]
-
-    @staticmethod
-    def le(a, b):
-        return a <= b
-
-    @staticmethod
-    def lt(a, b):
-        return a < b
-
-    @staticmethod
-    def key(t):
-        return t
-
-
-class Divides:
-    """Divisibility on 1..12: a user-defined partial order without a sort key."""
-
-    name = "divides"
-    minimum = 1
-    universe = list(range(1, 13))
-
-    @staticmethod
-    def le(a, b):
-        return b % a == 0
-
-    @staticmethod
-    def lt(a, b):
-        return a != b and b % a == 0
+from user_orders import Divides, LexPair  # noqa: E402
 
 
 ORDERS = [TOTAL, product(2), product(3), product(4), LexPair(), Divides()]
