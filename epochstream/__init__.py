@@ -23,7 +23,7 @@ _LAZY = {
     "Epoch": "protocol", "EpochAssembler": "protocol", "PublisherProtocol": "protocol",
     "SubscriberProtocol": "protocol", "InitialFrontierSnapshot": "protocol",
     "LowerFrontierUpdate": "protocol", "DataMessage": "protocol",
-    "Publisher": "transport", "Subscriber": "transport",
+    "Publisher": "transport", "Subscriber": "transport", "Gap": "transport",
     "Catalog": "catalog",
 }
 
