@@ -301,17 +301,25 @@ class Publisher:
         it). Returns False on timeout (seconds)."""
         ev = threading.Event()
         with self._lock:
-            if not self._thread.is_alive():
-                return True
+            if not self._thread.is_alive() or self._closed:
+                return True if not self._closed else self.join(timeout)
             self._enqueue((_CMD_SYNC, ev, None))
         return ev.wait(timeout)
 
-    def close(self, linger: float = 2.0) -> None:
-        """Release every capability (the lower frontier becomes empty, so subscribers finish),
-        deliver what is queued for up to ``linger`` seconds, stop the loop, and mark the
-        partition closed in the catalog with its final upper frontier. Idempotent."""
+    def close(self, linger: float = 10.0, wait: bool = False) -> None:
+        """Release every capability (the lower frontier becomes empty, so subscribers finish) and
+        mark the partition closed in the catalog with its final upper frontier. Returns at once;
+        the loop keeps delivering until every subscriber has acknowledged the end of the stream
+        (a subscriber says ``bye`` when a partition's frontier becomes empty) or is found gone,
+        for up to ``linger`` seconds, then closes its sockets. That wait runs in a non-daemon
+        thread, so the interpreter does not exit before it ends (like ``zmq_ctx_term`` with
+        ``ZMQ_LINGER``). ``wait=True`` (or :meth:`join`) blocks until it ended. A subscriber that
+        did not read to the end within ``linger`` misses it and reports
+        :class:`~epochstream.errors.PublisherLost`. Idempotent."""
         with self._lock:
             if self._closed:
+                if wait:
+                    self.join(linger + 5.0)
                 return
             msg = self._protocol.close()
             self._closed = True
@@ -325,14 +333,31 @@ class Publisher:
                 log.exception("could not mark %s/%s closed in the catalog", self.topic, self.partition)
         with self._lock:
             self._enqueue((_CMD_STOP, float(linger), None))
-        self._thread.join(linger + 5.0)
-        self._close_sockets()
+        self._closer = threading.Thread(target=self._finish_close, args=(float(linger),),
+                                        name=f"epochstream-close-{self.topic}-{self.partition}")
+        self._closer.start()
+        if wait:
+            self.join(linger + 5.0)
 
-    def _close_sockets(self):
+    def _finish_close(self, linger: float) -> None:
+        t0 = _time.monotonic()
+        self._thread.join(linger + 5.0)
+        self._close_sockets(max(0.0, linger - (_time.monotonic() - t0)))
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until a :meth:`close` finished delivering (see there); True if it did, False on
+        timeout (seconds) or if the publisher was not closed."""
+        closer = getattr(self, "_closer", None)
+        if closer is None:
+            return False
+        closer.join(timeout)
+        return not closer.is_alive()
+
+    def _close_sockets(self, linger: float = 0.0):
         for s in (getattr(self, "_cmd", None), getattr(self, "_cmd_in", None)):
             if s is not None:
                 s.close(0)
-        self._router.close(2000)
+        self._router.close(int(linger * 1000))
 
     def __enter__(self) -> "Publisher":
         return self
@@ -363,9 +388,11 @@ class Publisher:
                 backlog = any(p.backlog or p.notice for p in self._peers.values())
                 blocked = backlog and stop_at is None and self._flow_blocked()
                 if stop_at is not None:
-                    if not backlog or now >= stop_at:
+                    # Closing: wait until every subscriber acknowledged the end of the stream
+                    # (its ``bye`` once our frontier is empty) or is gone, up to the linger time.
+                    if not self._peers or now >= stop_at:
                         return
-                    timeout = 1
+                    timeout = 1 if backlog else 20
                 elif backlog:
                     timeout = 0 if (self._commands and not blocked) else 1
                 elif self._commands:
@@ -391,9 +418,9 @@ class Publisher:
                         stop_at = _time.monotonic() + self._stop_linger
                 if backlog:
                     self._drain_backlogs()
-                if stop_at is None and _time.monotonic() - self._last_broadcast >= self.heartbeat_interval:
-                    if blocked:
-                        self._probe_blocked()
+                if _time.monotonic() - self._last_broadcast >= self.heartbeat_interval:
+                    if blocked or stop_at is not None:
+                        self._probe(all_peers=stop_at is not None)
                     else:
                         self._broadcast(wire.encode_heartbeat(list(self._loop_lower)))
         except Exception:  # a bug here must not pass silently
@@ -571,14 +598,14 @@ class Publisher:
                 self._peers.pop(ident, None)
                 self.stats["subscribers_lost"] += 1
 
-    def _probe_blocked(self) -> None:
-        """While flow control blocks the loop, send flow-controlled peers a heartbeat outside
-        their credit (liveness only): a peer whose connection is gone is forgotten, which
-        unblocks the producer."""
+    def _probe(self, all_peers: bool = False) -> None:
+        """Send a heartbeat outside the normal stream (liveness only) to the flow-controlled
+        peers that block the loop, or to every peer while closing: a peer whose connection is
+        gone is forgotten, which unblocks the producer or lets the close finish."""
         self._last_broadcast = _time.monotonic()
         frames = wire.encode_heartbeat(list(self._loop_lower))
         for peer in list(self._peers.values()):
-            if peer.credit is None or not peer.backlog:
+            if not all_peers and (peer.credit is None or not peer.backlog):
                 continue
             try:
                 self._router.send_multipart([peer.ident, *frames], zmq.NOBLOCK)
@@ -1021,11 +1048,14 @@ class Subscriber:
         return result
 
     def _decoded(self, m):
+        """Queue entry for a protocol output. Data stays encoded here and is decoded in
+        :meth:`_outputs` when handed out: a burst of messages then never holds more than one
+        decoded payload (millions of live records would make every GC pass crawl)."""
         if type(m) is DataMessage:
-            raw = m.data
+            n = len(m.data)
             self.stats["delivered"] += 1
-            self.stats["bytes"] += len(raw)
-            return DataMessage(m.time, self.codec.decode(raw)), len(raw)
+            self.stats["bytes"] += n
+            return m, n
         return m, 0
 
     def _check_liveness(self, now: float) -> None:
@@ -1088,10 +1118,15 @@ class Subscriber:
 
     def _outputs(self) -> Iterator:
         """Yield decoded outputs, and ``None`` after each idle poll (0.1 s); end when finished."""
+        decode = self.codec.decode
         while True:
             got = self._poll(0.1)
             if got:
-                yield from got
+                for item in got:
+                    m = item[0]
+                    if type(m) is DataMessage:
+                        item = (DataMessage(m.time, decode(m.data)), item[1])
+                    yield item
             elif self._protocol.finished and not self._parked:
                 return
             else:

@@ -4,6 +4,9 @@
         registers partition 0 of TOPIC in CATALOG, prints "READY <incarnation>", then publishes
         epochs START.. START+EPOCHS-1 (one message of PAYLOAD ints each, then advance_to) at RATE
         epochs/s, prints "EPOCH <t>" after each, and then idles (heartbeats) until killed.
+    python tests/fault_peer.py burst TOPIC MESSAGES SIZE
+        prints "READY <endpoint>", waits for a line on stdin, publishes MESSAGES epochs of one
+        message of SIZE ints each, closes, prints "CLOSED" and exits right away.
     python tests/fault_peer.py subscriber ENDPOINT TOPIC
         subscribes, prints "READY" once its snapshot arrived, then stops reading (stalls).
 """
@@ -28,6 +31,20 @@ def publisher(catalog, topic, start, epochs, rate, payload=10):
         time.sleep(1)
 
 
+def burst(topic, messages, size):
+    """Publish MESSAGES messages of SIZE ints at once, close and exit immediately."""
+    pub = Publisher(topic, 0, sndhwm=100_000)
+    print("READY", pub.endpoint, flush=True)
+    sys.stdin.readline()  # go
+    records = list(range(int(size)))
+    n = int(messages)
+    for t in range(n):
+        pub.send(t, records)
+        pub.advance_to(t + 1)
+    pub.close(linger=30)
+    print("CLOSED", flush=True)  # the process exits now; the interpreter waits for delivery
+
+
 def subscriber(endpoint, topic):
     sub = Subscriber(topic, endpoints=[endpoint])
     assert sub.wait_ready(10)
@@ -37,4 +54,4 @@ def subscriber(endpoint, topic):
 
 
 if __name__ == "__main__":
-    {"publisher": publisher, "subscriber": subscriber}[sys.argv[1]](*sys.argv[2:])
+    {"publisher": publisher, "subscriber": subscriber, "burst": burst}[sys.argv[1]](*sys.argv[2:])

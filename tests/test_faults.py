@@ -213,6 +213,27 @@ def test_restarted_publisher_is_detected_and_subscriber_resnapshots(tmp_path):
             _kill(proc2)
 
 
+def test_publisher_process_exiting_right_after_close_delivers_everything():
+    """Regression: close() used to close the socket with a fixed 2 s linger, and a process that
+    exited right after close() lost what was still queued for a subscriber that was behind (the
+    subscriber then saw PublisherLost instead of the end of the stream)."""
+    proc = subprocess.Popen([sys.executable, PEER, "burst", "t", "3000", "4000"], stdout=subprocess.PIPE,
+                            stdin=subprocess.PIPE, text=True, bufsize=1)
+    try:
+        _, endpoint = _read_until(proc, "READY")
+        with Subscriber("t", endpoints=[endpoint], timeout=10) as sub:
+            assert sub.wait_ready(10)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            _read_until(proc, "CLOSED")  # ~36 MB published and closed; we have read nothing yet
+            time.sleep(1.0)  # ... and stay behind for a while
+            times = [e.time for e in sub.epochs(timeout=30)]
+        assert times == list(range(3000)) and sub.finished
+        assert proc.wait(30) == 0
+    finally:
+        _kill(proc)
+
+
 def test_killed_subscriber_is_freed_by_the_publisher():
     with Publisher("t", heartbeat_interval=0.2) as pub:
         proc = _spawn("subscriber", pub.endpoint, "t")
