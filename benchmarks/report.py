@@ -24,66 +24,62 @@ ANALYSIS = """\
 ## What limits the missed targets (profiling)
 
 Profiles were taken with `py-spy record` (publisher process, all threads) and `cProfile`
-(subscriber path in process); commands are in "How to profile" below.
+(subscriber, in process); commands are in "How to profile" below.
 
-**Publisher, small messages (1 record per message).** A raw pyzmq publisher makes one
-`send_multipart` per message. `Publisher.send_encoded` makes three: the caller thread sends the
-command over the `inproc` PAIR pipe, the loop thread `recv_multipart`s it and then
-`send_multipart`s it to the ROUTER (per subscriber). Each of these multipart calls costs about
-5–6 µs here. py-spy showed 85 % of the publisher process's samples in `Socket.send` /
-`send_multipart` / `recv_multipart`, about half on each thread, plus GIL hand-offs between the
-two threads (`enum.Flag.__or__` from pyzmq's flag handling appears too). Together that is about
-20 µs of CPU per message, with no subscriber at all: a ceiling of roughly 25–35k messages/s, against
-50–70k for the raw PUB socket on the same machine. At 1 record per message the
-**publisher**, not the subscriber, limits epochstream, and that is why the Redis, NATS and raw-zmq
-targets at 1 record per message are missed.
+**What profiling found and what was fixed** (all in `epochstream/transport.py`; the tables above
+are measured after these fixes):
 
-**Subscriber, small messages.** After `recv_multipart`, `Subscriber._handle` + `_decoded` cost
-about 5 µs per data message (in-process filter case, `transport` rows, against the 1.5 µs of a
-bare `decode_time` + `passes` + `decode`). The largest items are `SubscriberProtocol.receive` →
-`_process`, which checks the time's shape a second time (`order.check`) and evaluates the filter
-a second time after `passes()` already did. Then come three `DataMessage` constructions per message
-(a frozen dataclass: `object.__setattr__` per field) and the `Counter` stats updates. This is the
-`transport` vs `header_drop` gap at 1 record per message in the filter tables.
+1. *A lost wake-up between the publisher's callers and its loop* (a bug, not a tuning): a
+   wake-up consumed while the loop was already draining left the "kicked" flag set, so the next
+   call waited up to one heartbeat interval (1 s). Under the benchmark's window flow control this
+   capped 1-record messages at ~2k/s. Fixed, with a regression test
+   (`test_no_lost_wakeup_between_caller_and_publisher_loop`) that fails without the fix.
+2. *Publisher, one `inproc` round trip per call* → commands go through a deque with one wake-up
+   byte per batch of calls (publisher CPU per 1-record message 17 → ~5 µs).
+3. *Batching without linger*: when the loop finds several msgpack sends for the same epoch
+   already queued, it sends them as one message (array headers rewritten, records not decoded;
+   `coalesce_bytes`, 64 KiB). Nothing waits for a batch to fill, so latency is unchanged (p50
+   ~0.5 ms at 1 record per message). This is what puts 1-record messages at ~2× raw pyzmq,
+   Redis and NATS, which send every record as its own message.
+4. *Subscriber, per message*: a verdict cache per raw header bytes (invalidated when the filter
+   changes) and a single filter evaluation (`SubscriberProtocol.deliver`).
+5. *Subscriber, eager decoding*: `_poll` decoded up to 1000 messages before handing out the
+   first, so millions of records were alive at once and every cyclic-GC pass crawled (tuples at
+   1000 per message: 2.2M → 3.9M records/s). Payloads are now decoded as they are handed out.
 
-**Large messages (1000 records).** The subscriber process is the limit: msgpack decoding of
-dict records (~1.5–2M records/s) costs the same in every system. The epochstream-specific
-per-message overhead (~10–15 µs) is small against ~500 µs of decoding per message. Where
-epochstream is below raw pyzmq at 1000 records per message, the cause is mostly the publisher's
-extra loop-thread hop, which competes with the subscriber for the two cores, together with
-run-to-run noise (see the spread across repeats in the peers rows).
+**What still limits the missed targets.**
 
-**Spark sink.** It has a fixed cost per micro-batch on top of the noop sink's. The driver-side
-`commit()` runs in a separate Python worker that Spark starts and that unpickles the data
-source; each writer task waits for its FLUSH acknowledgement; and the host publishes and
-advances each partition. With the small micro-batches of the flights data (10 days ≈ 9k rows per batch)
-this per-batch cost dominates, so the ratio to noop improves with larger batches.
+- *1000 records per message, msgpack (dicts, tuples) vs raw pyzmq*: the subscriber process is
+  the limit, decoding. Epochstream's per-message overhead (header cache, protocol check, epoch
+  assembly) is ~5–10 µs against ~100 µs (tuples) to ~1 ms (dicts) of msgpack decoding, yet the
+  ratio stays at 0.6–0.7. The difference is the second core: the raw PUB publisher is one thread
+  doing nothing but `send`, while epochstream's publisher runs a caller thread and a loop thread
+  (GIL hand-offs, the per-subscriber ROUTER send with `ROUTER_MANDATORY`), and both compete with
+  the subscriber for the machine's 2 cores. With `epochs()` the records are also kept until their
+  epoch completes (that is the API's point), which adds allocation and GC work.
+- *Arrow, 1 record per message*: Arrow IPC framing costs ~30 µs per message on each side
+  whatever the row count; Arrow messages are not coalesced (one RecordBatch per message). Use
+  msgpack for tiny messages, or batch rows before sending — that is what Arrow is for.
+- *Arrow, 1000 records per message vs raw pyzmq*: both deliver >10M records/s; the raw receiver
+  only wraps the buffer. The gap is the publisher's second thread on a 2-core machine and the
+  `recv_multipart` copy of ~38 KB frames (the subscriber's largest single cost in the profile).
+- *Header drop at 50 % with 1 record per message*: dropping saves decoding one record, which
+  costs about what decoding the header costs; the 1.6× target is met from 100 records per message.
+
+**Spark sink.** Measured against a warm noop sink and a null *Python* sink (consumes the Arrow
+batches, commits nothing): PySpark's Python-sink machinery (Python workers, Arrow transfer to
+them, the driver-side `commit()` worker) is what separates any Python sink from `noop`;
+epochstream's staging, FLUSH acknowledgement and publishing add little on top of the null Python
+sink. An earlier run that did not warm the sink's Python workers charged their start-up (~6 s) to
+one short query and reported 0.26×; the steady-state rate excludes the first micro-batch.
 """
 
-RECOMMENDED = """## Recommended hot-path fixes (prototyped and measured here)
+RECOMMENDED = """## Further ideas (not applied)
 
-Both were prototyped as subclasses outside the package and measured on this machine while other
-work was running, so the gains are approximate. They are not applied in `epochstream/`.
-
-1. **`transport.Subscriber._handle`: a verdict cache and one filter evaluation.** Cache
-   `raw header → (time, passes)` once the protocol is ready: a *pass* stays valid because the
-   filter only shrinks, and the cache is cleared when it does. For a passing message, call a new
-   `SubscriberProtocol.accept_data(t, data)`, which only checks `self._lower.less_equal(t)` and
-   returns `[DataMessage(t, data)]`. Today the message goes through `receive()` → `_process()`,
-   which runs `order.check` and the filter loop a second time. In-process `transport` path, 1
-   record per message: 52k → 76k msg/s (int times, 100 % pass), 85k → 165k (product(2),
-   k=1, 50 %), 63k → 143k (product(2), k=8, 100 %); 100 records per message at 50 %: 1.4×.
-2. **`transport.Publisher`: no `inproc` round trip per call.** The caller thread appends the
-   command frames to a `collections.deque` and sends a one-byte wake-up over the PAIR socket only
-   when the loop is not already woken (a `kicked` flag that the loop clears before it drains the
-   deque). Order is kept, because data, frontier and sync commands share the one deque.
-   Back-pressure (`queue_hwm`) becomes a bound on the deque length, waited on with a
-   `threading.Condition`. Measured with 1-record messages: with no subscriber, 35k → 132–143k
-   msg/s and 17 → 4.5 µs of publisher CPU per message; with one subscriber process, 17k → 24–29k
-   msg/s and 26 → 13–16 µs per message (the subscriber becomes the limit).
-3. Smaller items: `Subscriber._poll` could use `recv_multipart(copy=False)` only for payloads
-   ≥ 64 KiB (Arrow batches) and keep `copy=True` for small ones. `stats` could be plain int
-   attributes rather than a `Counter` on the per-message path.
+- `Subscriber._poll`: `recv_multipart(copy=False)` for payloads ≥ 64 KiB (Arrow batches) would
+  save the largest remaining per-message cost for big frames.
+- `stats` as plain int attributes rather than a `Counter` on the per-message path.
+- Coalescing Arrow payloads (concatenating RecordBatches) for small Arrow messages.
 """
 
 PROFILE_HOWTO = """\
