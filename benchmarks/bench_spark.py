@@ -115,33 +115,28 @@ def _null_source():
     return NullSource
 
 
-def _run_python_null(spark, files, days_per_batch, workdir: Path) -> dict:
-    ck = tempfile.mkdtemp(prefix="ck-pynull-", dir=workdir)
+def _run_format(spark, files, days_per_batch, workdir: Path, fmt: str, sink: str) -> dict:
+    """The query written with ``format(fmt)`` (``noop`` or the null Python sink)."""
+    ck = tempfile.mkdtemp(prefix=f"ck-{sink}-", dir=workdir)
     df = _query_df(spark, files, days_per_batch)
     t0 = time.monotonic()
-    q = (df.writeStream.format("bench_python_null").option("checkpointLocation", ck)
+    q = (df.writeStream.format(fmt).option("checkpointLocation", ck)
          .trigger(availableNow=True).start())
     q.awaitTermination(600)
     dt = time.monotonic() - t0
-    rows = sum(p.get("numInputRows", 0) for p in (q.recentProgress or []))
-    return {"sink": "python-null", "seconds": dt, "rows": rows, "batches": len(q.recentProgress or []),
-            "rows_per_s": files.rows / dt, "steady_rows_per_s": _steady_rows_per_s(q),
-            "batch_ms": _batch_ms(q), "ok": q.exception() is None}
+    prog = q.recentProgress or []
+    return {"sink": sink, "seconds": dt, "rows": sum(p.get("numInputRows", 0) for p in prog),
+            "batches": len(prog), "rows_per_s": files.rows / dt,
+            "steady_rows_per_s": _steady_rows_per_s(q), "batch_ms": _batch_ms(q),
+            "ok": q.exception() is None}
 
 
 def _run_noop(spark, files, days_per_batch, workdir: Path) -> dict:
-    ck = tempfile.mkdtemp(prefix="ck-noop-", dir=workdir)
-    df = _query_df(spark, files, days_per_batch)
-    t0 = time.monotonic()
-    q = (df.writeStream.format("noop").option("checkpointLocation", ck)
-         .trigger(availableNow=True).start())
-    q.awaitTermination(600)
-    dt = time.monotonic() - t0
-    rows = sum(p.get("numInputRows", 0) for p in (q.recentProgress or []))
-    batches = len(q.recentProgress or [])
-    return {"sink": "noop", "seconds": dt, "rows": rows, "batches": batches,
-            "rows_per_s": files.rows / dt, "steady_rows_per_s": _steady_rows_per_s(q),
-            "batch_ms": _batch_ms(q), "ok": q.exception() is None}
+    return _run_format(spark, files, days_per_batch, workdir, "noop", "noop")
+
+
+def _run_python_null(spark, files, days_per_batch, workdir: Path) -> dict:
+    return _run_format(spark, files, days_per_batch, workdir, "bench_python_null", "python-null")
 
 
 def _run_epochstream(spark, files, days_per_batch, workdir: Path, n: int) -> dict:

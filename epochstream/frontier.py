@@ -24,7 +24,8 @@
     ignored; counts that return to zero are forgotten, so memory is bounded by the number of
     times with a non-zero count.
 
-    >>> m = MutableAntichain(TOTAL_FOR_DOCTEST, [(0, 1)])
+    >>> from epochstream.order import TOTAL
+    >>> m = MutableAntichain(TOTAL, [(0, 1)])
     >>> m.update_iter([(1, 1), (0, -1)])
     [(0, -1), (1, 1)]
     >>> m.frontier
@@ -46,9 +47,7 @@ from typing import Any, Iterable, Sequence
 
 from sortedcontainers import SortedKeyList, SortedList
 
-from .order import TOTAL, TotalOrder, linear_extension, sort_key
-
-TOTAL_FOR_DOCTEST = TOTAL
+from .order import TotalOrder, linear_extension, sort_key
 
 __all__ = ["Antichain", "MutableAntichain"]
 
@@ -307,7 +306,3 @@ class _PlainSet:
     def __getitem__(self, i):  # pragma: no cover - only the total order indexes
         return linear_extension(self.order, self.items)[i]
 
-
-def as_frontier(order, times: Sequence[Any]) -> Antichain:
-    """An :class:`Antichain` of ``times`` (convenience for tests and snapshots)."""
-    return Antichain(order, times)

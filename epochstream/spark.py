@@ -129,21 +129,26 @@ class _IngestClient:
         req = f"{os.getpid()}-{next(_req_ids)}"
         header = dict(header, req=req)
         self.send_data([kind, msgpack.packb(header)], timeout)
-        deadline = time.monotonic() + timeout
+        return self.await_reply(req, kind.decode(), header.get("epoch"),
+                                time.monotonic() + timeout, timeout)
+
+    def await_reply(self, req: str, kind: str, epoch, deadline: float, timeout: float) -> dict:
+        """Wait (until ``deadline``, a ``time.monotonic()`` value) for the reply to ``req``;
+        late replies to earlier requests are skipped. Raises :class:`IngestError` on timeout, an
+        ``ERR`` reply or a garbled one."""
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self.sock.poll(int(remaining * 1000) + 1, zmq.POLLIN):
                 raise IngestError(
-                    f"no acknowledgement of {kind.decode()} (epoch {header.get('epoch')}) from "
-                    f"ingest endpoint {self.endpoint} within {timeout:.0f} s: is the "
-                    f"SparkPublisherHost running?")
+                    f"no acknowledgement of {kind} (epoch {epoch}) from ingest endpoint "
+                    f"{self.endpoint} within {timeout:.0f} s: is the SparkPublisherHost running?")
             frames = self.sock.recv_multipart()
             try:
                 status, body = frames[0], msgpack.unpackb(frames[1])
             except Exception:  # noqa: BLE001 - a garbled reply is reported, not fatal
                 raise IngestError(f"malformed reply from {self.endpoint}: {frames!r}") from None
             if status == b"ERR" and body.get("req") in (req, None):
-                raise IngestError(f"ingest endpoint {self.endpoint} refused {kind.decode()}: "
+                raise IngestError(f"ingest endpoint {self.endpoint} refused {kind} (epoch {epoch}): "
                                   f"{body.get('error')}")
             if body.get("req") == req:
                 return body
@@ -245,30 +250,11 @@ def send_commit(catalog: str | None, topic: str, epoch: int, messages, *,
     deadline = time.monotonic() + timeout
     for p, (c, req) in enumerate(zip(clients, reqs)):
         try:
-            replies.append(_await_reply(c, req, "COMMIT", epoch, deadline, timeout))
+            replies.append(c.await_reply(req, "COMMIT", epoch, deadline, timeout))
         except IngestError:
             _drop_client(c.endpoint)
             raise
     return replies
-
-
-def _await_reply(c: _IngestClient, req: str, kind: str, epoch, deadline: float,
-                 timeout: float) -> dict:
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not c.sock.poll(int(remaining * 1000) + 1, zmq.POLLIN):
-            raise IngestError(f"no acknowledgement of {kind} (epoch {epoch}) from ingest "
-                              f"endpoint {c.endpoint} within {timeout:.0f} s")
-        frames = c.sock.recv_multipart()
-        try:
-            status, body = frames[0], msgpack.unpackb(frames[1])
-        except Exception:  # noqa: BLE001
-            raise IngestError(f"malformed reply from {c.endpoint}: {frames!r}") from None
-        if status == b"ERR" and body.get("req") in (req, None):
-            raise IngestError(f"ingest endpoint {c.endpoint} refused {kind} (epoch {epoch}): "
-                              f"{body.get('error')}")
-        if body.get("req") == req:
-            return body
 
 
 class EpochstreamStreamWriter(DataSourceStreamArrowWriter):

@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 from .order import TOTAL, ProductOrder, TotalOrder, product
 
-__all__ = ["OrderViolation", "check_order", "universe", "orders", "times", "antichains",
+__all__ = ["OrderViolation", "check_order", "apply_event", "universe", "orders", "times", "antichains",
            "EventStream", "event_streams", "Expected", "oracle", "minimal", "maximal",
            "lower_after", "Replay", "replay", "AtomicityChecker", "assert_epoch_atomic"]
 
@@ -496,6 +496,17 @@ class Replay:
     received: list = field(default_factory=list)
 
 
+def apply_event(pub, event):
+    """Apply one generated event (``("data", t, records)``, ``("progress", updates)`` or
+    ``("close",)``) to a :class:`~epochstream.protocol.PublisherProtocol`; return the message it
+    produces (or ``None``)."""
+    if event[0] == "data":
+        return pub.data(event[1], list(event[2]))
+    if event[0] == "progress":
+        return pub.progress(event[1])
+    return pub.close()
+
+
 def _publish(order, evs, j):
     from .protocol import PublisherProtocol
 
@@ -505,12 +516,7 @@ def _publish(order, evs, j):
     for i, e in enumerate(evs):
         if i == j:
             snapshot = pub.snapshot()
-        if e[0] == "data":
-            m = pub.data(e[1], list(e[2]))
-        elif e[0] == "progress":
-            m = pub.progress(e[1])
-        else:
-            m = pub.close()
+        m = apply_event(pub, e)
         if m is not None and i >= j:
             msgs.append((m, i + 1))
     if snapshot is None:

@@ -59,10 +59,9 @@ _CMD_STOP = b"Q"
 class _Peer:
     """Loop-side state of one connected subscriber."""
 
-    __slots__ = ("ident", "backlog", "backlog_bytes", "evicted", "notice", "joined", "sent", "credit",
-                 "sub_id")
+    __slots__ = ("ident", "backlog", "backlog_bytes", "evicted", "notice", "credit", "sub_id")
 
-    def __init__(self, ident: bytes, now: float, credit: int | None = None, sub_id: str | None = None):
+    def __init__(self, ident: bytes, credit: int | None = None, sub_id: str | None = None):
         self.ident = ident
         self.sub_id = sub_id  # the subscriber's own stable id (survives reconnections)
         self.credit = credit  # None: no flow control; else messages it may still be sent
@@ -70,8 +69,6 @@ class _Peer:
         self.backlog_bytes = 0
         self.evicted = False
         self.notice: list | None = None
-        self.joined = now
-        self.sent = 0
 
 
 def _frames_nbytes(frames) -> int:
@@ -553,7 +550,7 @@ class Publisher:
         if sub_id is not None:
             self._evicted_ids.pop(sub_id, None)
         if self._send_direct(ident, frames):
-            self._peers[ident] = _Peer(ident, _time.monotonic(), credit, sub_id)
+            self._peers[ident] = _Peer(ident, credit, sub_id)
             self.stats["subscribers_joined"] += 1
 
     def _send_direct(self, ident: bytes, frames) -> bool:

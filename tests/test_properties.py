@@ -15,8 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from epochstream.order import TOTAL, product
 from epochstream.protocol import (DataMessage, EpochAssembler, InitialFrontierSnapshot,
                                   LowerFrontierUpdate, PublisherProtocol, SubscriberProtocol)
-from epochstream.testing import (AtomicityChecker, assert_epoch_atomic, event_streams, oracle,
-                                 replay)
+from epochstream.testing import (AtomicityChecker, apply_event, assert_epoch_atomic,
+                                 event_streams, oracle, replay)
 
 from hypothesis_profiles import examples
 
@@ -118,12 +118,7 @@ class PubSubMachine(RuleBasedStateMachine):
             return
         e = evs[self.pos[p]]
         pub = self.pubs[p]
-        if e[0] == "data":
-            m = pub.data(e[1], list(e[2]))
-        elif e[0] == "progress":
-            m = pub.progress(e[1])
-        else:
-            m = pub.close()
+        m = apply_event(pub, e)
         self.pos[p] += 1
         if m is not None:
             for s in self.subs:
