@@ -12,8 +12,8 @@ Layers (imports point only downward): :mod:`~epochstream.order` → :mod:`~epoch
 Heavy layers are imported lazily, so ``import epochstream.order`` needs neither pyzmq nor pyarrow.
 """
 
-from .errors import (CatalogError, EpochstreamError, PartitionHeld, ProtocolError, PublisherLost,
-                     SubscriberLagged, TopicNotFound, WireError)
+from .errors import (CatalogError, EpochstreamError, PartitionHeld, ProtocolError,
+                     PublisherAborted, PublisherLost, SubscriberLagged, TopicNotFound, WireError)
 
 __version__ = "0.1.0"
 
@@ -28,7 +28,7 @@ _LAZY = {
 }
 
 __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
-           "PartitionHeld", "SubscriberLagged", "PublisherLost", *_LAZY]
+           "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", *_LAZY]
 
 
 def __getattr__(name):

@@ -3,11 +3,20 @@
 The catalog is a single SQLite file (stdlib :mod:`sqlite3`, no server). By default it lives at
 ``$EPOCHSTREAM_CATALOG`` if that environment variable is set, else at
 ``./.epochstream/catalog.sqlite`` relative to the current working directory; missing parent
-directories are created. Several processes may open the same file at once: the database runs
-in WAL mode with a busy timeout of 5 s, and every read-modify-write happens inside one
-``BEGIN IMMEDIATE`` transaction, so two publishers racing for one partition cannot both win.
-A :class:`Catalog` object opens a fresh connection for each call, so it may be shared between
-threads.
+directories are created. Several processes may open the same file at once, including a file
+that does not exist yet: every connection gets a busy timeout of 5 s before it runs anything
+else, the database runs in WAL mode (switching a new file to WAL is retried with backoff for up to
+the busy timeout, because two processes switching at once can fail immediately with
+``database is locked`` whatever the timeout), the schema is created or migrated inside one
+``BEGIN IMMEDIATE`` transaction, and every read-modify-write happens inside one ``BEGIN IMMEDIATE``
+transaction, so two publishers racing for one partition cannot both win. A :class:`Catalog`
+object opens a fresh connection for each call (except :meth:`Catalog.record_upper`, which keeps
+one connection per thread, see there), so it may be shared between threads.
+
+Schema version: ``PRAGMA user_version`` holds :data:`SCHEMA_VERSION`. ``0`` is a file written
+before versioning (its ``partitions.state`` only allowed ``live``/``closed``); opening such a file
+rebuilds the ``partitions`` table in place, keeping every row, and sets the version. A file with a
+newer version than this code knows is refused with :class:`CatalogError`.
 
 Schema
 ------
@@ -28,29 +37,40 @@ has registered yet has no row)::
     idx         INTEGER NOT NULL   -- partition index, 0 <= idx < topics.partitions
     endpoint    TEXT NOT NULL      -- ZeroMQ endpoint subscribers connect to ("tcp://host:port")
     ingest      TEXT               -- optional second endpoint (e.g. where producers push input)
-    state       TEXT NOT NULL      -- "live" (publisher running) or "closed" (finished cleanly)
+    state       TEXT NOT NULL      -- "live" (publisher running), "closed" (finished cleanly) or
+                                   -- "aborted" (stopped on an error: epochs it left incomplete
+                                   -- never complete)
     incarnation TEXT NOT NULL      -- opaque id of this run of the publisher (uuid4 hex)
     pid         INTEGER NOT NULL   -- OS process id of the publisher
     pid_start   REAL               -- the process' start time (psutil), guards against pid reuse
     host        TEXT               -- socket.gethostname() of the publisher's machine
-    upper       TEXT NOT NULL      -- JSON list of times: the final upper frontier once closed
-    updated_at  REAL NOT NULL      -- time.time() of the last register/heartbeat/close, seconds
+    upper       TEXT NOT NULL      -- JSON list of times (ints, or lists of ints for product
+                                   -- orders): the partition's upper frontier, i.e. a bound on the
+                                   -- times of data it may have sent. Set by register_partition
+                                   -- (default []), moved by record_upper while live, final once
+                                   -- closed or aborted (close_partition)
+    updated_at  REAL NOT NULL      -- time.time() of the last register/heartbeat/record_upper/close,
+                                   -- seconds
     PRIMARY KEY (topic, idx)
 
 Liveness
 --------
 
-The stored state is only ever ``live`` or ``closed``. When reading, a ``live`` row whose
-process is gone (no such pid, a zombie, or a pid reused by a different process) is reported with
-state ``"dead"``: liveness is judged *now*, by the reader, from the pid. Processes on another
-host cannot be checked and are assumed alive.
+The stored state is only ever ``live``, ``closed`` or ``aborted``. When reading, a ``live`` row
+whose process is gone (no such pid, a zombie, or a pid reused by a different process) is reported
+with state ``"dead"``: liveness is judged *now*, by the reader, from the pid. Processes on another
+host cannot be checked and are assumed alive. ``closed`` and ``aborted`` are final whatever the
+process does afterwards. The stored ``upper`` is reported in every state (for a ``dead`` row: the
+last one its publisher recorded).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
+import random
 import socket
 import sqlite3
 import threading
@@ -75,7 +95,15 @@ POLL_INTERVAL_S = 0.05
 _FILE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 _HOST = socket.gethostname()
 
-_SCHEMA = """
+SCHEMA_VERSION = 1
+"""``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated)."""
+
+STATES = ("live", "closed", "aborted")
+"""The states stored in ``partitions.state`` (readers also report ``"dead"``: module docstring)."""
+
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+_TOPICS_DDL = """
 CREATE TABLE IF NOT EXISTS topics (
     name        TEXT PRIMARY KEY,
     order_name  TEXT NOT NULL,
@@ -83,13 +111,17 @@ CREATE TABLE IF NOT EXISTS topics (
     partitions  INTEGER NOT NULL CHECK (partitions >= 1),
     schema      TEXT,
     created_at  REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS partitions (
+)
+"""
+
+# ``{name}``: "partitions", or the temporary name used while migrating an old file.
+_PARTITIONS_DDL = """
+CREATE TABLE IF NOT EXISTS {name} (
     topic       TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
     idx         INTEGER NOT NULL CHECK (idx >= 0),
     endpoint    TEXT NOT NULL,
     ingest      TEXT,
-    state       TEXT NOT NULL CHECK (state IN ('live', 'closed')),
+    state       TEXT NOT NULL CHECK (state IN ('live', 'closed', 'aborted')),
     incarnation TEXT NOT NULL,
     pid         INTEGER NOT NULL,
     pid_start   REAL,
@@ -97,8 +129,15 @@ CREATE TABLE IF NOT EXISTS partitions (
     upper       TEXT NOT NULL DEFAULT '[]',
     updated_at  REAL NOT NULL,
     PRIMARY KEY (topic, idx)
-);
+)
 """
+
+_PARTITION_COLUMNS = ("topic, idx, endpoint, ingest, state, incarnation, pid, pid_start, host, "
+                      "upper, updated_at")
+
+# Connections opened by record_upper in a process that then forked: the child must neither use
+# nor close them (SQLite forbids carrying a connection across fork()), so they are kept here.
+_INHERITED: list[sqlite3.Connection] = []
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,12 +190,14 @@ def _to_time(t: Any) -> Any:
 
 
 def _encode_upper(upper: Any) -> str:
-    times = []
-    for t in upper:
-        if isinstance(t, (tuple, list)):
-            times.append([int(x) for x in t])
-        else:
-            times.append(int(t))
+    """``upper`` (an iterable of times: ints, or tuples/lists of ints) as the stored JSON text.
+    Raises :class:`CatalogError` for anything else (e.g. floats, strings, a non-iterable)."""
+    try:
+        times = [[operator.index(x) for x in t] if isinstance(t, (tuple, list))
+                 else operator.index(t) for t in upper]
+    except TypeError:
+        raise CatalogError(f"upper must be an iterable of times (ints, or tuples of ints), "
+                           f"got {upper!r}") from None
     return json.dumps(times)
 
 
@@ -170,12 +211,17 @@ class PartitionInfo:
 
     - ``index``: partition number, ``0 <= index < TopicInfo.partitions``;
     - ``endpoint``: ZeroMQ endpoint of its publisher; ``ingest``: optional second endpoint;
-    - ``state``: ``"live"``, ``"closed"`` or ``"dead"`` (stored ``live`` but the process is gone,
-      judged when read);
+    - ``state``: ``"live"``, ``"closed"`` (finished cleanly), ``"aborted"`` (stopped on an error;
+      its open epochs will never complete) or ``"dead"`` (stored ``live`` but the process is
+      gone, judged when read);
     - ``incarnation``: id of the publisher run; ``pid``: its process id;
-    - ``upper``: the final upper frontier once ``closed`` (tuple of times: ints, or tuples for
-      product orders); ``()`` while live;
-    - ``updated_at``: ``time.time()`` of the last register/heartbeat/close, in seconds;
+    - ``upper``: the stored upper frontier, a tuple of times (ints, or tuples of ints for product
+      orders), in every state: while ``live`` the last one recorded (``register_partition(upper=)``,
+      then :meth:`Catalog.record_upper`; ``()`` if none), once ``closed``/``aborted`` the final
+      one given to :meth:`Catalog.close_partition`, when ``dead`` the last one recorded before
+      the process died;
+    - ``updated_at``: ``time.time()`` of the last register/heartbeat/record_upper/close, in
+      seconds;
     - ``host``, ``pid_start``: where and when the publisher process started (liveness checks).
     """
 
@@ -241,6 +287,14 @@ class TopicInfo:
 # catalog
 
 
+def _is_busy(e: sqlite3.OperationalError) -> bool:
+    """Whether ``e`` is SQLITE_BUSY or SQLITE_LOCKED (any extended code), i.e. worth a retry."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is None:  # pragma: no cover - sqlite3 without error codes
+        return "locked" in str(e) or "busy" in str(e)
+    return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+
+
 def default_catalog_path() -> Path:
     """``$EPOCHSTREAM_CATALOG`` if set (a directory or a ``.sqlite`` file), else
     ``./.epochstream/catalog.sqlite`` under the current working directory."""
@@ -265,23 +319,27 @@ class Catalog:
     ``path``: a directory (the file is ``<dir>/catalog.sqlite``) or a file ending in
     ``.sqlite``/``.sqlite3``/``.db`` (or any existing file). ``None`` means
     ``$EPOCHSTREAM_CATALOG`` if set, else ``./.epochstream/catalog.sqlite`` in the current working
-    directory. Missing directories are created. Raises :class:`CatalogError` if the file cannot be
-    opened or created.
+    directory. Missing directories are created, and so is the file with its schema; an existing
+    file of an older schema version is migrated (see the module docstring). Raises
+    :class:`CatalogError` if the file cannot be opened, created or migrated (including when other
+    processes keep it locked for longer than the busy timeout of 5 s, or it was written by a
+    newer version).
 
-    Safe to use from several threads and processes at once."""
+    Safe to use from several threads and processes at once, including several processes
+    creating the same new file at the same moment."""
 
     def __init__(self, path: str | os.PathLike | None = None):
         self.path: Path = (default_catalog_path() if path is None else _resolve(path)).absolute()
         self._lock = threading.Lock()  # serialises writers inside this process
+        self._local = threading.local()  # record_upper's connection, one per thread
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CatalogError(f"cannot create catalog directory {self.path.parent}: {e}") from e
         with self._connect() as conn:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":  # pragma: no cover - e.g. a filesystem without mmap
-                raise CatalogError(f"catalog {self.path}: cannot switch to WAL mode (got {mode!r})")
-            conn.executescript(_SCHEMA)
+            deadline = time.monotonic() + BUSY_TIMEOUT_S
+            self._retry_busy(self._enable_wal, conn, deadline, "switch it to WAL mode")
+            self._retry_busy(self._ensure_schema, conn, deadline, "create or migrate its schema")
 
     def __repr__(self) -> str:
         return f"Catalog({str(self.path)!r})"
@@ -301,6 +359,121 @@ class Catalog:
         except sqlite3.Error as e:
             raise CatalogError(f"catalog {self.path}: {e}") from e
         finally:
+            conn.close()
+
+    def _retry_busy(self, step, conn: sqlite3.Connection, deadline: float, what: str) -> None:
+        """Run ``step(conn)``, retrying with jittered exponential backoff (1 ms doubling up to
+        50 ms) while SQLite reports BUSY/LOCKED, until ``deadline`` (``time.monotonic()``).
+
+        Needed at creation: switching a new file to WAL takes an exclusive lock from within a
+        read transaction, and SQLite then returns ``database is locked`` at once, without calling
+        the busy handler, if another connection holds a lock (it would otherwise deadlock)."""
+        delay = 0.001
+        while True:
+            try:
+                step(conn)
+                return
+            except sqlite3.OperationalError as e:
+                if not _is_busy(e):
+                    raise
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CatalogError(f"catalog {self.path}: could not {what} within "
+                                       f"{BUSY_TIMEOUT_S:g} s: {e}") from e
+                time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
+                delay = min(delay * 2, 0.05)
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        """Put the file in WAL mode (persistent; a no-op if it already is)."""
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":  # pragma: no cover - e.g. a filesystem without mmap
+            raise CatalogError(f"catalog {self.path}: cannot switch to WAL mode (got {mode!r})")
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise CatalogError(
+                f"catalog {self.path} has schema version {version}, newer than this epochstream "
+                f"understands ({SCHEMA_VERSION}); upgrade epochstream or use another catalog")
+
+    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        """Create the tables in a new file or migrate an old one to :data:`SCHEMA_VERSION`, in
+        one ``BEGIN IMMEDIATE`` transaction; the version is read again once the write lock is
+        held, so of several processes doing this at once only the first one changes anything."""
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        self._check_version(version)
+        if version == SCHEMA_VERSION:
+            return
+        # Rebuilding a table is done with foreign keys off (SQLite's documented procedure); the
+        # pragma has no effect inside a transaction, so it is set before BEGIN.
+        conn.execute("PRAGMA foreign_keys=OFF")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                self._check_version(version)
+                if version < SCHEMA_VERSION:
+                    old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                       "AND name = 'partitions'").fetchone() is not None
+                    conn.execute(_TOPICS_DDL)
+                    if old:  # version 0: state's CHECK lacks 'aborted'; rebuild, keeping rows
+                        conn.execute(_PARTITIONS_DDL.format(name="partitions_v1"))
+                        conn.execute(f"INSERT INTO partitions_v1 ({_PARTITION_COLUMNS}) "
+                                     f"SELECT {_PARTITION_COLUMNS} FROM partitions")
+                        conn.execute("DROP TABLE partitions")
+                        conn.execute("ALTER TABLE partitions_v1 RENAME TO partitions")
+                    else:
+                        conn.execute(_PARTITIONS_DDL.format(name="partitions"))
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        finally:
+            conn.execute("PRAGMA foreign_keys=ON")
+
+    def _hot(self) -> sqlite3.Connection:
+        """This thread's long-lived connection for :meth:`record_upper` (opened on first use).
+
+        A fresh connection per call costs ~0.2 ms to open, and ~2 ms when it is the last one
+        open on the file (closing it then checkpoints the WAL, with fsyncs). Keeping one open
+        also spares the other (fresh) connections of this process that checkpoint-on-close."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid == os.getpid():
+            return conn
+        if conn is not None:  # opened before a fork(): never touch it in the child
+            _INHERITED.append(conn)
+            self._local.conn = None
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            # synchronous=NORMAL (on this connection only): in WAL mode a commit then appends to
+            # the WAL without fsync (the WAL is fsynced at checkpoints). A commit is still durable
+            # against a crash or kill of *this process* -- the failure record_upper exists for --
+            # but the last ones may be lost on power loss / OS crash. With the default FULL, each
+            # call costs one fsync (0.2-0.3 ms on this machine's SSD, several ms on slower disks)
+            # on the publisher's hot path. Every other write (register, close, heartbeat) keeps
+            # FULL, and its fsync also makes every earlier record_upper in the WAL durable.
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            conn.close()
+            raise
+        self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def _drop_hot(self) -> None:
+        """Forget this thread's :meth:`_hot` connection (after an error), closing it if it was
+        opened by this process."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is None:
+            return
+        if self._local.pid != os.getpid():
+            _INHERITED.append(conn)
+            return
+        with contextlib.suppress(sqlite3.Error):
             conn.close()
 
     @contextlib.contextmanager
@@ -411,8 +584,9 @@ class Catalog:
         """Return ``topic``'s :class:`TopicInfo`, waiting up to ``wait`` seconds for it.
 
         Polls every ~50 ms until the topic exists *and* each of its partitions is registered
-        with state ``live`` or ``closed`` (a ``dead`` holder is waited on, in the hope that it is
-        replaced), or until ``wait`` seconds have passed (``0`` = look once).
+        with state ``live``, ``closed`` or ``aborted`` (a ``dead`` holder is waited on, in the
+        hope that it is replaced; ``aborted``, like ``closed``, is a publisher's own final word
+        and is returned at once), or until ``wait`` seconds have passed (``0`` = look once).
 
         Raises :class:`TopicNotFound` (its ``existing`` lists the known topic names, sorted) if
         the topic still does not exist. If the topic exists but is incomplete when the wait ends,
@@ -429,7 +603,7 @@ class Catalog:
                 finally:
                     conn.execute("COMMIT")
             ready = info is not None and info.complete and all(
-                p.state in ("live", "closed") for p in info.partition_info)
+                p.state in STATES for p in info.partition_info)
             remaining = deadline - time.monotonic()
             if ready or remaining <= 0:
                 if info is None:
@@ -441,23 +615,29 @@ class Catalog:
 
     def register_partition(self, topic: str, partition: int, endpoint: str, *,
                            ingest: str | None = None, pid: int | None = None,
-                           incarnation: str | None = None) -> str:
+                           incarnation: str | None = None, upper: Any = ()) -> str:
         """Claim ``partition`` of ``topic`` for the publisher at ``endpoint``; return its incarnation.
 
         - ``partition``: int, ``0 <= partition < partitions`` (else :class:`CatalogError`);
         - ``endpoint``/``ingest``: ZeroMQ endpoints (``ingest`` optional);
         - ``pid``: the publisher's process id, default ``os.getpid()``;
-        - ``incarnation``: id of this publisher run, default a fresh ``uuid4().hex``.
+        - ``incarnation``: id of this publisher run, default a fresh ``uuid4().hex``;
+        - ``upper``: the partition's initial upper frontier, stored in the row's ``upper`` column
+          (an iterable of times: ints, or tuples of ints for product orders; read back as a
+          tuple of times in :attr:`PartitionInfo.upper`). Default ``()``: nothing sent yet.
 
-        Sets state ``live``, clears ``upper``, stamps ``updated_at = time.time()``. Raises
-        :class:`TopicNotFound` if the topic does not exist, and :class:`PartitionHeld` if a
+        Sets state ``live``, stores ``upper``, stamps ``updated_at = time.time()``. Raises
+        :class:`TopicNotFound` if the topic does not exist, :class:`PartitionHeld` if a
         *live* publisher (state ``live`` and its process still running) with a different
-        incarnation holds the partition. A dead or closed holder is replaced. Re-registering
-        with the same incarnation updates the row."""
+        incarnation holds the partition, and :class:`CatalogError` for an invalid argument
+        (including an ``upper`` that is not an iterable of int times). A dead, closed or aborted
+        holder is replaced. Re-registering with the same incarnation overwrites the row (its
+        ``upper`` too)."""
         if isinstance(partition, bool) or not isinstance(partition, int):
             raise CatalogError(f"partition index must be an int, got {partition!r}")
         if not isinstance(endpoint, str) or not endpoint:
             raise CatalogError(f"endpoint must be a non-empty string, got {endpoint!r}")
+        upper_text = _encode_upper(upper)
         pid = os.getpid() if pid is None else int(pid)
         incarnation = uuid.uuid4().hex if incarnation is None else str(incarnation)
         pid_start = _process_start(pid)
@@ -483,25 +663,60 @@ class Catalog:
             conn.execute(
                 "INSERT OR REPLACE INTO partitions (topic, idx, endpoint, ingest, state, "
                 "incarnation, pid, pid_start, host, upper, updated_at) "
-                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, '[]', ?)",
+                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?)",
                 (topic, partition, endpoint, ingest, incarnation, pid, pid_start, _HOST,
-                 time.time()))
+                 upper_text, time.time()))
         return incarnation
 
     def close_partition(self, topic: str, partition: int, incarnation: str,
-                        upper: Any = ()) -> bool:
-        """Mark ``partition`` of ``topic`` closed, storing its final upper frontier ``upper``
-        (an iterable of times: ints, or tuples of ints for product orders; read back as tuples).
+                        upper: Any = (), *, aborted: bool = False) -> bool:
+        """Mark ``partition`` of ``topic`` finished, storing its final upper frontier ``upper``
+        in the row's ``upper`` column (an iterable of times: ints, or tuples of ints for product
+        orders; read back as a tuple of times in :attr:`PartitionInfo.upper`).
 
-        Only acts if the stored incarnation is ``incarnation``; otherwise (replaced by another
-        publisher, or topic dropped) it is a no-op. Returns whether a row was updated (callers
-        may ignore it). ``updated_at`` becomes ``time.time()``."""
+        The state becomes ``closed`` (finished cleanly), or ``aborted`` if ``aborted=True`` (the
+        publisher stopped on an error: epochs it had sent data for but not completed will never
+        complete). Only acts if the stored incarnation is ``incarnation`` (whatever
+        the current state); otherwise (replaced by another publisher, or topic dropped) it is a
+        no-op. Returns whether a row was updated (callers may ignore it). ``updated_at`` becomes
+        ``time.time()``. Raises :class:`CatalogError` if ``upper`` is not an iterable of int
+        times or the file cannot be written."""
         text = _encode_upper(upper)
+        state = "aborted" if aborted else "closed"
         with self._write() as conn:
             cur = conn.execute(
-                "UPDATE partitions SET state = 'closed', upper = ?, updated_at = ? "
+                "UPDATE partitions SET state = ?, upper = ?, updated_at = ? "
                 "WHERE topic = ? AND idx = ? AND incarnation = ?",
-                (text, time.time(), topic, partition, incarnation))
+                (state, text, time.time(), topic, partition, incarnation))
+            return cur.rowcount > 0
+
+    def record_upper(self, topic: str, partition: int, incarnation: str, upper: Any) -> bool:
+        """Store ``upper`` as the current upper frontier of ``partition`` of ``topic`` (the row's
+        ``upper`` column; same encoding as :meth:`close_partition`: an iterable of times, ints or
+        tuples of ints; read back as a tuple of times in :attr:`PartitionInfo.upper`), and stamp
+        ``updated_at = time.time()`` (seconds).
+
+        Only acts if the row is still held by ``incarnation`` *and* its stored state is ``live``;
+        returns whether a row was updated (``False``: replaced by another incarnation, already
+        closed/aborted, or topic dropped — nothing is changed then).
+
+        Meant for a publisher's hot path (called once per new maximal data time, before that
+        data leaves the process), so it is one ``UPDATE`` in one autocommit transaction on a
+        connection kept open per thread, with ``synchronous=NORMAL``: durable once it returns
+        against a crash of the calling process, not against power loss (see :meth:`_hot`).
+        About 30-40 µs per call on a local SSD. Raises :class:`CatalogError` if ``upper`` is
+        invalid or the file cannot be written (e.g. locked by another writer for longer than
+        the busy timeout of 5 s)."""
+        text = _encode_upper(upper)
+        with self._lock:
+            try:
+                cur = self._hot().execute(
+                    "UPDATE partitions SET upper = ?, updated_at = ? WHERE topic = ? AND idx = ? "
+                    "AND incarnation = ? AND state = 'live'",
+                    (text, time.time(), topic, partition, incarnation))
+            except sqlite3.Error as e:
+                self._drop_hot()
+                raise CatalogError(f"catalog {self.path}: {e}") from e
             return cur.rowcount > 0
 
     def heartbeat(self, topic: str, partition: int, incarnation: str) -> bool:

@@ -10,6 +10,8 @@ everything of ours in one clause and still tell the cases apart:
 - :class:`TopicNotFound`, :class:`PartitionHeld`, :class:`CatalogError` — catalog lookups.
 - :class:`SubscriberLagged` — the publisher evicted a subscriber that fell too far behind.
 - :class:`PublisherLost` — a partition's publisher stopped answering (no heartbeat in time).
+- :class:`PublisherAborted` — a partition's publisher ended abnormally (an exception left its
+  ``with`` block): its open epochs will never complete.
 """
 
 from __future__ import annotations
@@ -64,4 +66,16 @@ class PublisherLost(EpochstreamError):
 
     def __init__(self, message: str, *, partition: int | None = None):
         self.partition = partition
+        super().__init__(message)
+
+
+class PublisherAborted(EpochstreamError):
+    """The publisher of ``partition`` aborted: an exception (including ``KeyboardInterrupt``)
+    left its ``with Publisher(...)`` block, or :meth:`~epochstream.transport.Publisher.abort`
+    was called. Its open epochs never complete; the catalog marks the partition ``aborted``.
+    ``reason`` is the publisher's own description (e.g. the exception's repr)."""
+
+    def __init__(self, message: str, *, partition: int | None = None, reason: str = ""):
+        self.partition = partition
+        self.reason = reason
         super().__init__(message)

@@ -43,8 +43,13 @@ from typing import Any, Protocol
 
 from .errors import ProtocolError
 
-__all__ = ["PartialOrder", "TotalOrder", "ProductOrder", "DualOrder", "TOTAL", "product", "dual",
+__all__ = ["TIME_MIN", "TIME_MAX", "PartialOrder", "TotalOrder", "ProductOrder", "DualOrder", "TOTAL", "product", "dual",
            "by_name", "sort_key"]
+
+#: Range of an integer time (or product-time component): what msgpack carries (int64 .. uint64).
+#: Checked by the shipped orders' ``check`` so that a time is refused before any state changes.
+TIME_MIN = -(1 << 63)
+TIME_MAX = (1 << 64) - 1
 
 
 class PartialOrder(Protocol):
@@ -78,14 +83,19 @@ class TotalOrder:
 
     @staticmethod
     def check(t: Any) -> int:
-        """Return ``t`` as an ``int`` (``bool`` is refused); raise ``ProtocolError`` otherwise."""
+        """Return ``t`` as an ``int`` in ``TIME_MIN .. TIME_MAX`` (``bool`` is refused); raise
+        ``ProtocolError`` otherwise."""
         if isinstance(t, bool) or isinstance(t, (tuple, list)):
             raise ProtocolError(f"time {t!r} has the wrong shape for order 'total': expected an int")
         try:
-            return operator.index(t)
+            t = operator.index(t)
         except TypeError:
             raise ProtocolError(
                 f"time {t!r} has the wrong shape for order 'total': expected an int") from None
+        if not TIME_MIN <= t <= TIME_MAX:
+            raise ProtocolError(f"time {t!r} is out of range: times are 64-bit integers "
+                                f"({TIME_MIN} .. {TIME_MAX}) on the wire")
+        return t
 
     def __repr__(self) -> str:
         return "TOTAL"
@@ -132,7 +142,8 @@ class ProductOrder:
         return t
 
     def check(self, t: Any) -> tuple:
-        """Return ``t`` as an ``n``-tuple of ints; raise ``ProtocolError`` naming the shape otherwise."""
+        """Return ``t`` as an ``n``-tuple of ints in ``TIME_MIN .. TIME_MAX``; raise
+        ``ProtocolError`` naming the shape or range otherwise."""
         if isinstance(t, (tuple, list)) and len(t) == self.width:
             try:
                 out = tuple(operator.index(x) for x in t)
@@ -140,7 +151,10 @@ class ProductOrder:
                 pass
             else:
                 if not any(isinstance(x, bool) for x in t):
-                    return out
+                    if all(TIME_MIN <= x <= TIME_MAX for x in out):
+                        return out
+                    raise ProtocolError(f"time {t!r} is out of range: each component is a 64-bit "
+                                        f"integer ({TIME_MIN} .. {TIME_MAX}) on the wire")
         raise ProtocolError(
             f"time {t!r} has the wrong shape for order {self.name!r}: expected a tuple of "
             f"{self.width} ints")

@@ -97,26 +97,35 @@ class PublisherProtocol:
 
     The lower frontier starts as ``{start: +1}`` — the upstream's initial capability, by default
     ``order.minimum``; a restarted publisher resumes at the first epoch it has not completed — and
-    the upper frontier empty. Thread-unsafe; one instance per partition.
+    the upper frontier as ``upper`` (default empty; a restarted publisher passes the upper
+    frontier its predecessor recorded, so that subscribers joining it still filter the epochs the
+    predecessor had begun). Thread-unsafe; one instance per partition.
 
-    ``strict``: reject a :meth:`progress` batch that would leave any capability count negative
-    (it releases a capability never held). Timely tolerates transient negative counts when
-    updates of several workers arrive out of order; a publisher fed by a single upstream, as
-    here, never needs them, so the transport's :class:`~epochstream.transport.Publisher` is
-    strict by default. The pure protocol defaults to timely's lenient semantics.
+    ``strict`` (the transport's default) follows timely's capability rules for a single upstream:
+
+    - a :meth:`progress` batch may not leave any capability count negative (it would release a
+      capability never held);
+    - a batch may only mint a capability at ``t`` (a positive net delta) if a capability ``<= t``
+      is held before the batch (timely mints new capabilities only from held ones, so the lower
+      frontier never moves backwards and no epoch that may have completed is re-opened).
+
+    Timely tolerates transient negative counts when updates of several workers arrive out of
+    order; the pure protocol defaults to that lenient behaviour (``strict=False``).
     """
 
     __slots__ = ("order", "_lower", "_upper", "_check", "strict")
 
-    def __init__(self, order, *, start=None, strict: bool = False):
+    def __init__(self, order, *, start=None, upper=(), strict: bool = False):
         self.order = order
         self._check = getattr(order, "check", None)
         if start is None:
             start = order.minimum
         elif self._check is not None:
             start = self._check(start)
+        if self._check is not None:
+            upper = [self._check(t) for t in upper]
         self._lower = MutableAntichain(order, [(start, 1)])
-        self._upper = Antichain(dual(order))
+        self._upper = Antichain(dual(order), upper)
         self.strict = strict
 
     @property
@@ -134,16 +143,27 @@ class PublisherProtocol:
         """True once the lower frontier is empty: no more data can be sent."""
         return self._lower.is_empty()
 
+    def capabilities(self) -> dict:
+        """``{time: count}`` of the capabilities held (positive counts only; a copy)."""
+        return {t: c for t, c in self._lower.counts().items() if c > 0}
+
     def progress(self, updates: Iterable[tuple[Any, int]]) -> LowerFrontierUpdate | None:
         """Apply timely progress updates ``[(time, delta), ...]`` (capability counts).
 
         Returns the net change of the lower frontier as a :class:`LowerFrontierUpdate`, or
-        ``None`` when the frontier did not change. Raises :class:`ProtocolError` (state unchanged)
-        for a time of the wrong shape or a delta that is not an int. Source: timely
-        ``MutableAntichain::update_iter``."""
+        ``None`` when the frontier did not change. Raises :class:`ProtocolError` (state
+        unchanged) for updates that are not an iterable of pairs, a time of the wrong shape, a
+        delta that is not an int, or — when ``strict`` — a batch that releases a capability never
+        held or mints one not ``>=`` a held capability. Source: timely
+        ``MutableAntichain::update_iter`` and ``Capability::delayed``."""
+        try:
+            items = list(updates)
+        except TypeError:
+            raise ProtocolError(f"progress updates must be an iterable of (time, delta) pairs, "
+                                f"got {updates!r}") from None
         checked = []
         check = self._check
-        for item in updates:
+        for item in items:
             try:
                 t, delta = item
             except (TypeError, ValueError):
@@ -154,15 +174,47 @@ class PublisherProtocol:
                 raise ProtocolError(f"progress update {item!r}: delta must be an int")
             checked.append((t, delta))
         if self.strict:
-            net: dict = {}
-            for t, delta in checked:
-                net[t] = net.get(t, 0) + delta
-            for t, delta in net.items():
-                if self._lower.count_for(t) + delta < 0:
-                    raise ProtocolError(
-                        f"progress update releases a capability never held: time {t!r} would have "
-                        f"count {self._lower.count_for(t) + delta} (held {self._lower.count_for(t)})")
+            self._check_strict(checked)
         changes = self._lower.update_iter(checked)
+        return LowerFrontierUpdate(tuple(changes)) if changes else None
+
+    def _check_strict(self, checked: list) -> None:
+        net: dict = {}
+        for t, delta in checked:
+            net[t] = net.get(t, 0) + delta
+        lower = self._lower
+        for t, delta in net.items():
+            held = lower.count_for(t)
+            if held + delta < 0:
+                raise ProtocolError(
+                    f"progress update releases a capability never held: time {t!r} would have "
+                    f"count {held + delta} (held {held})")
+            if delta > 0 and not lower.less_equal(t):
+                raise ProtocolError(
+                    f"progress update mints a capability at {t!r}, but no held capability is <= it "
+                    f"(lower frontier {list(lower.frontier)!r}): the frontier cannot move backwards")
+
+    def advance_to(self, time) -> LowerFrontierUpdate | None:
+        """Downgrade every held capability to ``time`` (timely ``InputHandle::advance_to``):
+        afterwards exactly one capability, at ``time``, is held. Returns the lower frontier's net
+        change or ``None``. Raises :class:`ProtocolError` (state unchanged) if ``time`` has the
+        wrong shape, no capability is held (closed), or some held capability is not ``<= time``
+        (that would move the frontier backwards)."""
+        if self._check is not None:
+            time = self._check(time)
+        held = self.capabilities()
+        if not held:
+            raise ProtocolError(f"advance_to({time!r}): no capability is held (closed)")
+        le = self.order.le
+        for c in held:
+            if not le(c, time):
+                raise ProtocolError(
+                    f"advance_to({time!r}) would move the capability backwards from {c!r}")
+        if held == {time: 1}:
+            return None
+        updates = [(c, -n) for c, n in held.items()]
+        updates.append((time, 1))
+        changes = self._lower.update_iter(updates)
         return LowerFrontierUpdate(tuple(changes)) if changes else None
 
     def check_data(self, time):
@@ -188,6 +240,12 @@ class PublisherProtocol:
         time = self.check_data(time)
         self._upper.insert(time)
         return time
+
+    def extends_upper(self, time) -> bool:
+        """True iff data at ``time`` (normalised) would add an element to the upper frontier
+        (no element is ``>= time`` yet). Pure query: lets a caller persist the grown upper
+        frontier *before* the data leaves the process."""
+        return not self._upper.less_equal(time)
 
     def snapshot(self) -> InitialFrontierSnapshot:
         """The :class:`InitialFrontierSnapshot` for a subscriber joining now."""

@@ -425,10 +425,14 @@ class _PartitionServer:
             self.error = e
             log.exception("partition %d ingest loop died", self.index)
         finally:
+            reason = h._abort_reason or (repr(self.error) if self.error is not None else None)
             try:
-                self.pub.close()
+                if reason is None:
+                    self.pub.close()
+                else:  # open epochs must never complete: subscribers get PublisherAborted
+                    self.pub.abort(reason)
             except Exception:  # noqa: BLE001
-                log.exception("closing the publisher of partition %d failed", self.index)
+                log.exception("ending the publisher of partition %d failed", self.index)
             self.sock.close(0)
 
     # ---- messages
@@ -636,6 +640,7 @@ class SparkPublisherHost:
         self._pauses: list[Pause] = []
         self._servers = [_PartitionServer(self, i) for i in range(partitions)]
         self._started = self._closed = False
+        self._abort_reason: str | None = None
 
     def start(self) -> "SparkPublisherHost":
         if self._started:
@@ -656,11 +661,26 @@ class SparkPublisherHost:
     def __enter__(self) -> "SparkPublisherHost":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Normal exit: :meth:`close`; an exception (``KeyboardInterrupt`` too): :meth:`abort`."""
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort(f"{exc_type.__name__}: {exc}")
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Stop serving and abort every publisher (see
+        :meth:`~epochstream.transport.Publisher.abort`): epochs not completed yet never
+        complete, subscribers raise :class:`~epochstream.errors.PublisherAborted`, the catalog
+        marks the partitions ``aborted``. Idempotent; after :meth:`close` it does nothing."""
+        if not self._closed:
+            self._abort_reason = str(reason)
         self.close()
 
     def close(self) -> None:
-        """Stop serving, close every publisher (subscribers see the stream end)."""
+        """Stop serving, close every publisher (every epoch published so far completes and
+        subscribers see the stream end). A partition whose ingest loop failed is aborted
+        instead."""
         if self._closed:
             return
         self._closed = True

@@ -37,9 +37,10 @@ from typing import Any, Iterator
 import zmq
 
 from . import wire
-from .errors import (EpochstreamError, ProtocolError, PublisherLost, SubscriberLagged,
-                     WireError)
-from .order import TOTAL, by_name
+from .errors import (EpochstreamError, ProtocolError, PublisherAborted, PublisherLost,
+                     SubscriberLagged, WireError)
+from .frontier import Antichain
+from .order import TIME_MIN, TOTAL, by_name, check_time, dual
 from .protocol import (DataMessage, Epoch, EpochAssembler, InitialFrontierSnapshot,
                        LowerFrontierUpdate, PublisherProtocol, SubscriberProtocol)
 
@@ -54,25 +55,64 @@ _CMD_DATA = b"D"
 _CMD_FRONTIER = b"F"
 _CMD_SYNC = b"Y"
 _CMD_STOP = b"Q"
+_CMD_ABORT = b"A"
+
+# message kinds that spend flow-control credit (the stream proper; not S, H or X)
+_CREDITED = frozenset((wire.DATA, wire.FRONTIER))
 
 
 class _Peer:
     """Loop-side state of one connected subscriber."""
 
-    __slots__ = ("ident", "backlog", "backlog_bytes", "evicted", "notice", "credit", "sub_id")
+    __slots__ = ("ident", "backlog", "backlog_bytes", "evicted", "notice", "credit", "sub_id",
+                 "stalled_since")
 
     def __init__(self, ident: bytes, credit: int | None = None, sub_id: str | None = None):
         self.ident = ident
         self.sub_id = sub_id  # the subscriber's own stable id (survives reconnections)
-        self.credit = credit  # None: no flow control; else messages it may still be sent
+        self.credit = credit  # None: no flow control; else D/F messages it may still be sent
         self.backlog: collections.deque = collections.deque()
         self.backlog_bytes = 0
         self.evicted = False
         self.notice: list | None = None
+        self.stalled_since: float | None = None  # backlog full (holding the producer back) since
+
+    def full(self, max_messages: int, max_bytes: int) -> bool:
+        """True when the backlog reached either bound."""
+        return len(self.backlog) >= max_messages or self.backlog_bytes >= max_bytes
 
 
 def _frames_nbytes(frames) -> int:
     return sum(len(f) for f in frames)
+
+
+def _inherited_upper(catalog, topic: str, partition: int, order, start) -> tuple:
+    """The upper frontier a publisher starting at ``start`` must announce (see ``Publisher``'s
+    ``start``): what the catalog recorded for the partition, plus ``start - 1`` for a total
+    order. Empty for a fresh stream (``start`` is ``None`` or the minimum: every time is
+    re-sent). Raises :class:`ProtocolError` when nothing safe can be derived."""
+    if start is None:
+        return ()
+    start = check_time(order, start)
+    if start == order.minimum:
+        return ()
+    recorded = None
+    if catalog is not None:
+        try:
+            info = catalog.lookup(topic)
+        except EpochstreamError:
+            info = None
+        if info is not None and info.order_name == getattr(order, "name", None):
+            p = next((x for x in info.partition_info if x.index == partition), None)
+            recorded = None if p is None else tuple(p.upper)
+    if getattr(order, "name", None) == "total":
+        return tuple({*(recorded or ()), start - 1}) if start > TIME_MIN else tuple(recorded or ())
+    if recorded is None:
+        raise ProtocolError(
+            f"publisher {topic}/{partition}: start={start!r} skips times an earlier incarnation "
+            f"may have begun, and no catalog records its upper frontier; a restart past the "
+            f"minimum needs the catalog the earlier incarnation registered in")
+    return recorded
 
 
 class Publisher:
@@ -105,10 +145,20 @@ class Publisher:
         how many messages the caller may be ahead of the loop before calls block.
     start:
         the initial capability (default ``order.minimum``): a restarted publisher resumes at the
-        first epoch it has not completed.
+        first epoch it has not completed. A publisher that starts past the minimum skips times
+        its predecessor may have begun, so it must announce their upper frontier: it inherits
+        the upper frontier the catalog recorded for this partition (every earlier incarnation
+        recorded its own before sending data at a new maximal time). Without a recorded one, a
+        total order uses ``start - 1``; any other order raises :class:`ProtocolError` (nothing
+        could tell subscribers which epochs were begun). ``start=None`` starts a fresh stream.
     strict:
-        reject progress updates that release a capability never held (see
-        :class:`~epochstream.protocol.PublisherProtocol`).
+        timely's capability rules for a single upstream (see
+        :class:`~epochstream.protocol.PublisherProtocol`): never release a capability not held,
+        never mint one that is not ``>=`` a held one.
+    credit_timeout:
+        seconds a flow-controlled subscriber may grant no credit while it holds the producer
+        back (its backlog full) before it is evicted with a ``lagged`` notice (default 30 s, as
+        NATS JetStream's default ``ack_wait``), so one hung consumer cannot stop a topic.
     coalesce_bytes:
         batching without linger (Kafka's producer batching with ``linger.ms=0``): when the loop
         finds several data calls for the same time already queued, it sends them as one message
@@ -116,13 +166,22 @@ class Publisher:
         decoding). Nothing waits for a batch to fill; 0 disables it.
 
     Flow control: a subscriber that opens with credit (``Subscriber(credit=N)``) is sent at most
-    its granted messages; beyond that its messages wait in its backlog, and when that backlog is
-    full the loop stops taking new calls, so :meth:`send` blocks (back-pressure) instead of the
-    subscriber being evicted.
+    its granted ``D``/``F`` messages; beyond that its messages wait in its backlog, and when that
+    backlog reaches ``max_queue_messages`` or ``max_queue_bytes`` the loop stops taking new
+    calls, so :meth:`send` blocks (back-pressure) instead of the subscriber being evicted — for
+    up to ``credit_timeout`` seconds without a grant. Peers whose credit is spent are probed
+    with a heartbeat every ``heartbeat_interval``, so a dead one is freed within about
+    ``3 * heartbeat_interval`` (the ZMTP heartbeat timeout).
+
+    Ending: :meth:`close` (or leaving a ``with`` block normally) releases every capability, so
+    every open epoch completes. An exception leaving the ``with`` block (``KeyboardInterrupt``
+    too) calls :meth:`abort` instead: open epochs never complete, subscribers raise
+    :class:`~epochstream.errors.PublisherAborted`, the catalog marks the partition ``aborted``.
 
     Raises :class:`~epochstream.errors.ProtocolError` from :meth:`send`, :meth:`progress` and
-    :meth:`advance_to` for invalid input (nothing is sent), ``zmq.ZMQError`` if the endpoint
-    cannot be bound, :class:`~epochstream.errors.PartitionHeld` if a live publisher holds it.
+    :meth:`advance_to` for invalid input (state unchanged, nothing sent), and from any call once
+    the publisher is closed or its loop died; ``zmq.ZMQError`` if the endpoint cannot be bound;
+    :class:`~epochstream.errors.PartitionHeld` if a live publisher holds the partition.
     """
 
     def __init__(self, topic: str, partition: int = 0, *, order=TOTAL, codec: str = "msgpack",
@@ -131,7 +190,7 @@ class Publisher:
                  heartbeat_interval: float = 1.0, sndhwm: int = 1000,
                  max_queue_messages: int = 100_000, max_queue_bytes: int = 256 << 20,
                  queue_hwm: int = 1000, start=None, strict: bool = True,
-                 coalesce_bytes: int = 64 << 10,
+                 coalesce_bytes: int = 64 << 10, credit_timeout: float = 30.0,
                  context: zmq.Context | None = None):
         if isinstance(order, str):
             order = by_name(order)
@@ -145,13 +204,17 @@ class Publisher:
         self.heartbeat_interval = float(heartbeat_interval)
         self.max_queue_messages = int(max_queue_messages)
         self.max_queue_bytes = int(max_queue_bytes)
+        self.credit_timeout = float(credit_timeout)
         self.incarnation = uuid.uuid4().hex
-        self._protocol = PublisherProtocol(order, start=start, strict=strict)
+        self._catalog = catalog
+        upper = _inherited_upper(catalog, topic, partition, order, start)
+        self._protocol = PublisherProtocol(order, start=start, upper=upper, strict=strict)
         self._last_time, self._last_header = object(), b""  # header of the last data time
         self.coalesce_bytes = int(coalesce_bytes) if self.codec.name == "msgpack" else 0
-        self._capability = self._protocol.lower[0]
         self._lock = threading.Lock()
         self._closed = False
+        self._aborted: str | None = None  # the reason, once abort() ran
+        self._loop_error: BaseException | None = None
         self._ctx = context or zmq.Context.instance()
 
         router = self._ctx.socket(zmq.ROUTER)
@@ -188,20 +251,21 @@ class Publisher:
         # ids of subscribers evicted recently -> notice; a ping from such an id on another
         # connection (libzmq reconnected it) is answered with its lagged notice again
         self._evicted_ids: collections.OrderedDict = collections.OrderedDict()
-        self._loop_lower: dict = {self._capability: True}
-        from .frontier import Antichain
-        from .order import dual
-        self._loop_upper = Antichain(dual(order))
-        self._last_broadcast = _time.monotonic()
+        # the loop's own copies of the frontiers (what it has sent): snapshots read these
+        self._loop_lower: dict = dict.fromkeys(self._protocol.lower, True)
+        self._loop_upper = Antichain(dual(order), self._protocol.upper)
+        self._loop_aborted: list | None = None  # the X aborted notice, once the loop aborted
+        self._last_broadcast = self._last_probe = _time.monotonic()
+        self._flow_full = False  # set when a flow-controlled peer's backlog reached its bound
         self.stats = collections.Counter()
 
-        self._catalog = catalog
         if catalog is not None:
             try:
                 catalog.create_topic(topic, order=order, codec=self.codec.name,
                                      partitions=partitions, schema=schema)
                 self.incarnation = catalog.register_partition(
-                    topic, partition, self.endpoint, ingest=ingest, incarnation=self.incarnation)
+                    topic, partition, self.endpoint, ingest=ingest, incarnation=self.incarnation,
+                    upper=list(self._protocol.upper))
             except BaseException:
                 self._close_sockets()
                 raise
@@ -227,60 +291,77 @@ class Publisher:
         return sum(1 for p in list(self._peers.values()) if not p.evicted)
 
     def _check_open(self):
+        if self._loop_error is not None:
+            raise ProtocolError(f"publisher {self.topic}/{self.partition}: its loop died "
+                                f"({self._loop_error!r}); nothing more can be sent")
         if self._closed:
-            raise ProtocolError(f"publisher {self.topic}/{self.partition} is closed")
+            state = f"aborted ({self._aborted})" if self._aborted is not None else "closed"
+            raise ProtocolError(f"publisher {self.topic}/{self.partition} is {state}")
 
     def send(self, time, records) -> None:
-        """Publish ``records`` at ``time``: encoded with the topic's codec (a list of records for
-        msgpack; a ``pyarrow.RecordBatch``/``Table``/list of dicts for arrow).
+        """Publish ``records`` at ``time``: encoded with the topic's codec (a list or tuple of
+        records for msgpack; a ``pyarrow.RecordBatch``/``Table`` or list of dicts for arrow).
 
         Raises :class:`ProtocolError` if ``time`` has the wrong shape or no capability ``<= time``
-        is held; :class:`WireError` if the codec cannot encode the records."""
+        is held; :class:`WireError` if the records are not a sequence of records or the codec
+        cannot encode them. Nothing is sent and no state changes when it raises."""
         self.send_encoded(time, self.codec.encode(records))
 
     def send_encoded(self, time, payload) -> None:
-        """Publish an already-encoded payload (bytes-like, in the topic's codec) at ``time``."""
+        """Publish an already-encoded payload (bytes-like, in the topic's codec) at ``time``.
+        With a catalog, a time that grows the upper frontier is recorded there first (one
+        write per new maximal time), so a restarted incarnation can announce it."""
         with self._lock:
             self._check_open()
-            t = self._protocol.accept(time)
+            protocol = self._protocol
+            t = protocol.check_data(time)
             if t != self._last_time or type(t) is not type(self._last_time):
-                self._last_time, self._last_header = t, wire.encode_time(t)
+                header = wire.encode_time(t)  # may raise: before any state changes
+                if self._catalog is not None and protocol.extends_upper(t):
+                    self._record_upper(t)
+                self._last_time, self._last_header = t, header
+            protocol.accept(t)
             self._enqueue((_CMD_DATA, t, [wire.DATA, self._last_header, payload]))
+
+    def _record_upper(self, t) -> None:
+        """Persist the upper frontier grown by ``t`` in the catalog before data at ``t`` leaves
+        the process (see ``start``). Raises if the catalog refuses (nothing is sent then)."""
+        upper = Antichain(dual(self.order), self._protocol.upper)
+        upper.insert(t)
+        if not self._catalog.record_upper(self.topic, self.partition, self.incarnation,
+                                          list(upper.elements)):
+            raise ProtocolError(f"publisher {self.topic}/{self.partition}: the catalog no longer "
+                                f"lists this incarnation ({self.incarnation}); another publisher "
+                                f"took the partition over or the topic was dropped")
 
     def progress(self, updates) -> LowerFrontierUpdate | None:
         """Apply timely progress updates ``[(time, delta), ...]`` to the lower frontier and
         broadcast its net change. Returns the change, or ``None`` when the frontier did not move.
-        Raises :class:`ProtocolError` for malformed updates (nothing applied)."""
+        Raises :class:`ProtocolError` for malformed updates, releasing a capability not held or
+        minting one not ``>=`` a held one (nothing applied, see ``strict``)."""
         with self._lock:
             self._check_open()
-            msg = self._protocol.progress(list(updates))
+            msg = self._protocol.progress(updates)
             if msg is not None:
                 self._enqueue((_CMD_FRONTIER, msg, wire.encode_frontier(msg)))
             return msg
 
     def advance_to(self, time) -> LowerFrontierUpdate | None:
-        """Downgrade this publisher's input capability to ``time`` (timely
-        ``InputHandle::advance_to``): every epoch ``< time`` may complete. The capability starts at
-        ``order.minimum``. Raises :class:`ProtocolError` if ``time`` is not ``>=`` it."""
+        """Downgrade the held capabilities to ``time`` (timely ``InputHandle::advance_to``):
+        every epoch ``< time`` may complete. The capability starts at ``start`` (default
+        ``order.minimum``). Raises :class:`ProtocolError` (state unchanged) if some held
+        capability is not ``<= time``."""
         with self._lock:
             self._check_open()
-            check = getattr(self.order, "check", None)
-            t = check(time) if check else time
-            cap = self._capability
-            if t == cap:
-                return None
-            if not self.order.le(cap, t):
-                raise ProtocolError(f"advance_to({t!r}) would move the capability backwards from {cap!r}")
-            msg = self._protocol.progress([(t, 1), (cap, -1)])
-            self._capability = t
+            msg = self._protocol.advance_to(time)
             if msg is not None:
                 self._enqueue((_CMD_FRONTIER, msg, wire.encode_frontier(msg)))
             return msg
 
     def _enqueue(self, command) -> None:
         """Hand a command to the loop (caller holds ``self._lock``). Blocks while the loop is
-        ``queue_hwm`` commands behind."""
-        if len(self._commands) >= self.queue_hwm and self._thread.is_alive():
+        ``queue_hwm`` commands behind; raises :class:`ProtocolError` if the loop died."""
+        if len(self._commands) >= self.queue_hwm:
             with self._space:
                 self._waiting += 1
                 try:
@@ -288,6 +369,9 @@ class Publisher:
                         self._space.wait(0.5)
                 finally:
                     self._waiting -= 1
+        if not self._thread.is_alive() and self._thread.ident is not None:
+            self._loop_error = self._loop_error or RuntimeError("publisher loop ended")
+            self._check_open()
         self._commands.append(command)
         if not self._kicked:
             self._kicked = True
@@ -304,37 +388,65 @@ class Publisher:
         return ev.wait(timeout)
 
     def close(self, linger: float = 10.0, wait: bool = False) -> None:
-        """Release every capability (the lower frontier becomes empty, so subscribers finish) and
-        mark the partition closed in the catalog with its final upper frontier. Returns at once;
-        the loop keeps delivering until every subscriber has acknowledged the end of the stream
-        (a subscriber says ``bye`` when a partition's frontier becomes empty) or is found gone,
-        for up to ``linger`` seconds, then closes its sockets. That wait runs in a non-daemon
-        thread, so the interpreter does not exit before it ends (like ``zmq_ctx_term`` with
-        ``ZMQ_LINGER``). ``wait=True`` (or :meth:`join`) blocks until it ended. A subscriber that
-        did not read to the end within ``linger`` misses it and reports
-        :class:`~epochstream.errors.PublisherLost`. Idempotent."""
+        """Release every capability (the lower frontier becomes empty, so every open epoch
+        completes and subscribers finish) and mark the partition closed in the catalog with its
+        final upper frontier. Returns at once; the loop keeps delivering until every subscriber
+        has acknowledged the end of the stream (a subscriber says ``bye`` when a partition's
+        frontier becomes empty) or is found gone, for up to ``linger`` seconds, then closes its
+        sockets. That wait runs in a non-daemon thread, so the interpreter does not exit before
+        it ends (like ``zmq_ctx_term`` with ``ZMQ_LINGER``). ``wait=True`` (or :meth:`join`)
+        blocks until it ended. A subscriber that did not read to the end within ``linger``
+        misses it and reports :class:`~epochstream.errors.PublisherLost`. Idempotent; after
+        :meth:`abort` it does nothing."""
+        self._end(None, linger, wait)
+
+    def abort(self, reason: str = "aborted", linger: float = 10.0, wait: bool = False) -> None:
+        """End abnormally: keep every capability (open epochs never complete), tell every
+        subscriber with an ``X aborted`` notice (they raise
+        :class:`~epochstream.errors.PublisherAborted`, or re-join a later incarnation with
+        ``recover=True``), and mark the partition ``aborted`` in the catalog. Messages queued
+        before the abort (earlier, complete epochs) are still delivered first. ``linger`` and
+        ``wait`` as for :meth:`close`. Idempotent; after :meth:`close` it does nothing."""
+        self._end(str(reason), linger, wait)
+
+    def _end(self, abort_reason: str | None, linger: float, wait: bool) -> None:
         with self._lock:
             if self._closed:
                 if wait:
                     self.join(linger + 5.0)
                 return
-            msg = self._protocol.close()
             self._closed = True
-            if msg is not None:
-                self._enqueue((_CMD_FRONTIER, msg, wire.encode_frontier(msg)))
+            if abort_reason is None:
+                msg = self._protocol.close()
+                if msg is not None:
+                    self._enqueue_final((_CMD_FRONTIER, msg, wire.encode_frontier(msg)))
+            else:
+                self._aborted = abort_reason
+                log.warning("publisher %s/%s aborted: %s", self.topic, self.partition, abort_reason)
+                self._enqueue_final((_CMD_ABORT, abort_reason, None))
         if self._catalog is not None:
             try:
                 self._catalog.close_partition(self.topic, self.partition, self.incarnation,
-                                              upper=list(self._protocol.upper))
-            except Exception:  # the catalog may be gone; the stream itself is closed correctly
-                log.exception("could not mark %s/%s closed in the catalog", self.topic, self.partition)
+                                              upper=list(self._protocol.upper),
+                                              aborted=abort_reason is not None)
+            except Exception:  # the catalog may be gone; the stream itself ended correctly
+                log.exception("could not mark %s/%s ended in the catalog", self.topic, self.partition)
         with self._lock:
-            self._enqueue((_CMD_STOP, float(linger), None))
+            self._enqueue_final((_CMD_STOP, float(linger), None))
         self._closer = threading.Thread(target=self._finish_close, args=(float(linger),),
                                         name=f"epochstream-close-{self.topic}-{self.partition}")
         self._closer.start()
         if wait:
             self.join(linger + 5.0)
+
+    def _enqueue_final(self, command) -> None:
+        """Hand an end-of-stream command to the loop without waiting for queue space (at most
+        three such commands exist), so close()/abort() never block behind flow control; a dead
+        loop is not an error here."""
+        self._commands.append(command)
+        if self._thread.is_alive() and not self._kicked:
+            self._kicked = True
+            self._cmd.send(b"K")
 
     def _finish_close(self, linger: float) -> None:
         t0 = _time.monotonic()
@@ -359,8 +471,13 @@ class Publisher:
     def __enter__(self) -> "Publisher":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Normal exit: :meth:`close`. An exception (``KeyboardInterrupt`` included):
+        :meth:`abort` with the exception's repr — a half-written epoch is never completed."""
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort(f"{exc_type.__name__}: {exc}")
 
     def __repr__(self) -> str:
         return (f"Publisher({self.topic!r}, partition={self.partition}, endpoint={self.endpoint!r}, "
@@ -369,58 +486,16 @@ class Publisher:
     # -- loop side -------------------------------------------------------------------------
     def _flow_blocked(self) -> bool:
         """True while a flow-controlled subscriber's backlog is full: stop taking calls."""
-        limit = self.max_queue_messages
-        return any(p.credit is not None and len(p.backlog) >= limit for p in self._peers.values())
+        limit, nbytes = self.max_queue_messages, self.max_queue_bytes
+        blocked = any(p.credit is not None and p.full(limit, nbytes) for p in self._peers.values())
+        self._flow_full = blocked
+        return blocked
 
     def _loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
-        poller.register(self._cmd_in, zmq.POLLIN)
-        blocked_poller = zmq.Poller()  # while flow control holds the producer back
-        blocked_poller.register(self._router, zmq.POLLIN)
-        stop_at = None
         try:
-            while True:
-                now = _time.monotonic()
-                backlog = any(p.backlog or p.notice for p in self._peers.values())
-                blocked = backlog and stop_at is None and self._flow_blocked()
-                if stop_at is not None:
-                    # Closing: wait until every subscriber acknowledged the end of the stream
-                    # (its ``bye`` once our frontier is empty) or is gone, up to the linger time.
-                    if not self._peers or now >= stop_at:
-                        return
-                    timeout = 1 if backlog else 20
-                elif backlog:
-                    timeout = 0 if (self._commands and not blocked) else 1
-                elif self._commands:
-                    timeout = 0  # commands left from the last batch: serve peers, then go on
-                else:
-                    due = self._last_broadcast + self.heartbeat_interval - now
-                    timeout = max(1, int(due * 1000))
-                events = dict((blocked_poller if blocked else poller).poll(timeout))
-                if self._router in events:
-                    self._handle_peers()
-                if self._cmd_in in events:
-                    while True:  # wake-up bytes: at most one per batch of commands
-                        try:
-                            self._cmd_in.recv(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                    # Clear the flag only here, after consuming the wake-ups and before draining:
-                    # a command appended from now on kicks again; one appended before is drained
-                    # below (or, if flow control blocks, on a later pass).
-                    self._kicked = False
-                if not blocked and stop_at is None and self._commands:
-                    if self._run_commands():
-                        stop_at = _time.monotonic() + self._stop_linger
-                if backlog:
-                    self._drain_backlogs()
-                if _time.monotonic() - self._last_broadcast >= self.heartbeat_interval:
-                    if blocked or stop_at is not None:
-                        self._probe(all_peers=stop_at is not None)
-                    else:
-                        self._broadcast(wire.encode_heartbeat(list(self._loop_lower)))
-        except Exception:  # a bug here must not pass silently
+            self._serve()
+        except BaseException as exc:  # a bug here must not pass silently: callers raise it
+            self._loop_error = exc
             log.exception("publisher loop %s/%s died", self.topic, self.partition)
             raise
         finally:
@@ -431,15 +506,73 @@ class Publisher:
             with self._space:
                 self._space.notify_all()
 
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        poller.register(self._cmd_in, zmq.POLLIN)
+        blocked_poller = zmq.Poller()  # while flow control holds the producer back
+        blocked_poller.register(self._router, zmq.POLLIN)
+        stop_at = None
+        hb = self.heartbeat_interval
+        while True:
+            now = _time.monotonic()
+            backlog = any(p.backlog or p.notice for p in self._peers.values())
+            # Flow control holds the producer back, except once close()/abort() was called:
+            # the end of the stream is never stuck behind a consumer (backlogs then grow by at
+            # most ``queue_hwm`` more messages).
+            blocked = backlog and stop_at is None and not self._closed and self._flow_blocked()
+            if stop_at is not None:
+                # Closing: wait until every subscriber acknowledged the end of the stream
+                # (its ``bye`` once our frontier is empty) or is gone, up to the linger time.
+                if not self._peers or now >= stop_at:
+                    return
+                timeout = 1 if backlog else 20
+            elif backlog:
+                timeout = 0 if (self._commands and not blocked) else 1
+            elif self._commands:
+                timeout = 0  # commands left from the last batch: serve peers, then go on
+            else:
+                due = min(self._last_broadcast, self._last_probe) + hb - now
+                timeout = max(1, int(due * 1000))
+            events = dict((blocked_poller if blocked else poller).poll(timeout))
+            if self._router in events:
+                self._handle_peers()
+            if self._cmd_in in events:
+                while True:  # wake-up bytes: at most one per batch of commands
+                    try:
+                        self._cmd_in.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                # Clear the flag only here, after consuming the wake-ups and before draining:
+                # a command appended from now on kicks again; one appended before is drained
+                # below (or, if flow control blocks, on a later pass).
+                self._kicked = False
+            if not blocked and stop_at is None and self._commands:
+                if self._run_commands():
+                    stop_at = _time.monotonic() + self._stop_linger
+            if backlog:
+                self._drain_backlogs()
+            now = _time.monotonic()
+            if now - self._last_probe >= hb:
+                # Peers that are sent nothing (credit spent, pipe full) are probed: a dead one
+                # is forgotten; a flow-controlled one silent past credit_timeout is evicted.
+                self._last_probe = now
+                self._probe(now, all_peers=stop_at is not None)
+            if now - self._last_broadcast >= hb and stop_at is None:
+                # idle (or held back by flow control): peers without a backlog hear from us
+                self._broadcast(wire.encode_heartbeat(list(self._loop_lower)), counted=False)
+
     def _run_commands(self, limit: int = 4096) -> bool:
-        """Run queued commands (at most ``limit``, then let the loop serve peers); True on STOP."""
+        """Run queued commands (at most ``limit``, then let the loop serve peers; fewer when a
+        flow-controlled peer's backlog fills up); True on STOP."""
         commands = self._commands
         upper_insert = self._loop_upper.insert
         broadcast = self._broadcast
         data = 0
         stop = False
+        self._flow_full = False
         for _ in range(limit):
-            if not commands:
+            if not commands or self._flow_full:
                 break
             kind, arg, frames = commands.popleft()
             if kind is _CMD_DATA:
@@ -457,6 +590,8 @@ class Publisher:
                 broadcast(frames)
             elif kind is _CMD_SYNC:
                 arg.set()
+            elif kind is _CMD_ABORT:
+                self._abort_peers(arg)
             elif kind is _CMD_STOP:
                 self._stop_linger = arg
                 stop = True
@@ -466,6 +601,17 @@ class Publisher:
             with self._space:
                 self._space.notify_all()
         return stop
+
+    def _abort_peers(self, reason: str) -> None:
+        """Queue an ``X aborted`` notice behind each peer's backlog (earlier, complete epochs
+        still go first); later hellos get the notice instead of a snapshot."""
+        self._loop_aborted = wire.encode_notice(
+            "aborted", f"publisher of {self.topic!r} partition {self.partition} aborted: {reason}",
+            partition=self.partition, incarnation=self.incarnation)
+        for peer in self._peers.values():
+            if not peer.evicted:
+                peer.notice = self._loop_aborted
+        self._drain_backlogs()
 
     def _coalesce(self, time, frames):
         """Merge the data commands for ``time`` queued right behind ``frames`` into one message
@@ -492,42 +638,47 @@ class Publisher:
         return [frames[0], frames[1], merged]
 
     def _handle_peers(self) -> None:
+        """Read up to 256 subscriber messages. Peer input never ends the loop: a message that
+        does not decode, or whose handling fails, is answered with ``X error`` and logged."""
         router = self._router
         for _ in range(256):
             try:
                 frames = router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            ident, body = frames[0], frames[1:]
+            ident = frames[0]
             try:
-                kind, header = wire.decode_control(body)
-            except WireError as exc:
-                log.warning("%s/%s: bad message from subscriber %r: %s", self.topic, self.partition,
+                kind, header = wire.decode_control(frames[1:])
+                self._control(ident, kind, header)
+            except Exception as exc:  # noqa: BLE001 - the offender is refused, the loop goes on
+                log.warning("%s/%s: bad message from subscriber %r: %r", self.topic, self.partition,
                             ident, exc)
                 self.stats["bad_messages"] += 1
                 self._send_direct(ident, wire.encode_notice("error", str(exc)))
-                continue
-            if kind == wire.HELLO:
-                self._hello(ident, header)
-            elif kind == wire.CREDIT:
-                peer = self._peers.get(ident)
-                n = header.get("messages")
-                if peer is None or peer.credit is None or not isinstance(n, int) or n < 0:
-                    self._send_direct(ident, wire.encode_notice(
-                        "error", f"credit {n!r} refused: not a flow-controlled subscriber or not a count"))
-                else:
-                    peer.credit += n
-                    self._drain_peer(peer)
-            elif kind == wire.BYE:
-                self._peers.pop(ident, None)
-            elif ident not in self._peers and header.get("id") in self._evicted_ids:
-                self._send_direct(ident, self._evicted_ids[header["id"]])  # lagged, again
-            elif ident not in self._peers:  # PING from a peer we do not know (restart)
+
+    def _control(self, ident: bytes, kind: bytes, header: dict) -> None:
+        """Act on one decoded (type-checked, see :func:`wire.decode_control`) control message."""
+        if kind == wire.HELLO:
+            self._hello(ident, header)
+        elif kind == wire.CREDIT:
+            peer = self._peers.get(ident)
+            if peer is None or peer.credit is None:
                 self._send_direct(ident, wire.encode_notice(
-                    "rejoin", f"publisher {self.topic!r} partition {self.partition} (incarnation "
-                              f"{self.incarnation}) does not know this subscriber",
-                    incarnation=self.incarnation, partition=self.partition))
-            # PING from a known peer: nothing to do (ZMTP heartbeats keep the connection).
+                    "error", "credit refused: not a registered flow-controlled subscriber"))
+            else:
+                peer.credit += header["messages"]
+                peer.stalled_since = None
+                self._drain_peer(peer)
+        elif kind == wire.BYE:
+            self._peers.pop(ident, None)
+        elif ident not in self._peers and header.get("id") in self._evicted_ids:
+            self._send_direct(ident, self._evicted_ids[header["id"]])  # lagged, again
+        elif ident not in self._peers:  # PING from a peer we do not know (restart)
+            self._send_direct(ident, self._loop_aborted or wire.encode_notice(
+                "rejoin", f"publisher {self.topic!r} partition {self.partition} (incarnation "
+                          f"{self.incarnation}) does not know this subscriber",
+                incarnation=self.incarnation, partition=self.partition))
+        # PING from a known peer: nothing to do (ZMTP heartbeats keep the connection).
 
     def _hello(self, ident: bytes, header: dict) -> None:
         topic, partition = header.get("topic"), header.get("partition")
@@ -537,18 +688,17 @@ class Publisher:
             log.warning("%s/%s: refused hello: %s", self.topic, self.partition, msg)
             self._send_direct(ident, wire.encode_notice("error", msg))
             return
+        if self._loop_aborted is not None:
+            self._send_direct(ident, self._loop_aborted)
+            return
+        credit = header.get("credit")  # type-checked by wire.decode_control
         snap = InitialFrontierSnapshot(tuple(self._loop_lower), self._loop_upper.elements)
         frames = wire.encode_snapshot(
             snap, topic=self.topic, partition=self.partition, order=getattr(self.order, "name", ""),
             codec=self.codec.name, incarnation=self.incarnation, heartbeat=self.heartbeat_interval)
-        credit = header.get("credit")
-        if credit is not None and (not isinstance(credit, int) or isinstance(credit, bool) or credit < 1):
-            self._send_direct(ident, wire.encode_notice("error", f"credit {credit!r} must be an int >= 1"))
-            return
         self._peers.pop(ident, None)
-        sub_id = header.get("id") if isinstance(header.get("id"), str) else None
-        if sub_id is not None:
-            self._evicted_ids.pop(sub_id, None)
+        sub_id = header["id"]
+        self._evicted_ids.pop(sub_id, None)
         if self._send_direct(ident, frames):
             self._peers[ident] = _Peer(ident, credit, sub_id)
             self.stats["subscribers_joined"] += 1
@@ -561,7 +711,11 @@ class Publisher:
             log.warning("%s/%s: could not send to %r: %s", self.topic, self.partition, ident, exc)
             return False
 
-    def _broadcast(self, frames) -> None:
+    def _broadcast(self, frames, counted: bool = True) -> None:
+        """Send ``frames`` to every registered peer, in stream order. ``counted``: a ``D`` or
+        ``F`` message, which spends one credit of a flow-controlled peer and waits in its backlog
+        when it has none; heartbeats (``counted=False``) are liveness only: they skip peers with
+        a backlog (those are probed, see :meth:`_probe`) and spend no credit."""
         self._last_broadcast = _time.monotonic()
         if not self._peers:
             return
@@ -572,10 +726,10 @@ class Publisher:
                 continue
             if peer.backlog:
                 self._drain_peer(peer)  # keep order: older queued messages go first
-            if not peer.backlog and (peer.credit is None or peer.credit > 0):
+            if not peer.backlog and (not counted or peer.credit is None or peer.credit > 0):
                 try:
                     router.send_multipart([peer.ident, *frames], zmq.NOBLOCK)
-                    if peer.credit is not None:
+                    if counted and peer.credit is not None:
                         peer.credit -= 1
                     continue
                 except zmq.Again:
@@ -585,24 +739,45 @@ class Publisher:
                         (gone := gone or []).append(peer.ident)
                         continue
                     raise
+            if not counted:
+                continue
             peer.backlog.append(frames)
             peer.backlog_bytes += _frames_nbytes(frames)
-            if peer.credit is None and (len(peer.backlog) > self.max_queue_messages
-                                        or peer.backlog_bytes > self.max_queue_bytes):
-                self._evict(peer)
+            if peer.credit is None:
+                if (len(peer.backlog) > self.max_queue_messages
+                        or peer.backlog_bytes > self.max_queue_bytes):
+                    self._evict(peer, "messages / bytes queued beyond the socket's high-water mark")
+            elif peer.full(self.max_queue_messages, self.max_queue_bytes):
+                self._flow_full = True  # the producer is held back from now on
+                if peer.stalled_since is None:
+                    peer.stalled_since = self._last_broadcast
         if gone:
             for ident in gone:
                 self._peers.pop(ident, None)
                 self.stats["subscribers_lost"] += 1
 
-    def _probe(self, all_peers: bool = False) -> None:
-        """Send a heartbeat outside the normal stream (liveness only) to the flow-controlled
-        peers that block the loop, or to every peer while closing: a peer whose connection is
-        gone is forgotten, which unblocks the producer or lets the close finish."""
-        self._last_broadcast = _time.monotonic()
+    def _probe(self, now: float, all_peers: bool = False) -> None:
+        """Send a heartbeat outside the stream (liveness only, no credit spent) to every peer
+        that is being sent nothing — credit spent, or messages waiting in its backlog — or to
+        every peer while closing: a peer whose connection is gone (ZMTP heartbeat timeout, or
+        closed) is forgotten, which frees its backlog, unblocks the producer or lets the close
+        finish. A flow-controlled peer that holds the producer back (backlog full) and granted
+        nothing for ``credit_timeout`` seconds is evicted."""
         frames = wire.encode_heartbeat(list(self._loop_lower))
         for peer in list(self._peers.values()):
-            if not all_peers and (peer.credit is None or not peer.backlog):
+            if peer.evicted:
+                continue
+            spent = peer.credit is not None and peer.credit <= 0
+            if not (all_peers or peer.backlog or spent):
+                continue
+            if peer.stalled_since is not None and not peer.full(self.max_queue_messages,
+                                                                self.max_queue_bytes):
+                peer.stalled_since = None  # it read enough: no longer holding the producer back
+            if (peer.credit is not None and peer.stalled_since is not None
+                    and now - peer.stalled_since >= self.credit_timeout):
+                self._evict(peer, f"no credit granted for {now - peer.stalled_since:.1f} s while "
+                                  f"it held the producer back (credit_timeout {self.credit_timeout} s)")
+                self._drain_peer(peer)
                 continue
             try:
                 self._router.send_multipart([peer.ident, *frames], zmq.NOBLOCK)
@@ -614,14 +789,15 @@ class Publisher:
                 self._peers.pop(peer.ident, None)
                 self.stats["subscribers_lost"] += 1
 
-    def _evict(self, peer: _Peer) -> None:
+    def _evict(self, peer: _Peer, why: str) -> None:
         queued, nbytes = len(peer.backlog), peer.backlog_bytes
         peer.backlog.clear()
         peer.backlog_bytes = 0
         peer.evicted = True
-        message = (f"evicted from {self.topic!r} partition {self.partition}: {queued} messages / "
-                   f"{nbytes} bytes queued beyond the socket's high-water mark "
-                   f"(bounds {self.max_queue_messages} messages / {self.max_queue_bytes} bytes)")
+        peer.credit = None
+        message = (f"evicted from {self.topic!r} partition {self.partition}: {why} ({queued} "
+                   f"messages / {nbytes} bytes queued; bounds {self.max_queue_messages} messages "
+                   f"/ {self.max_queue_bytes} bytes)")
         log.warning("%s", message)
         peer.notice = wire.encode_notice("lagged", message, partition=self.partition)
         if peer.sub_id is not None:
@@ -674,8 +850,9 @@ def _resolve_catalog(catalog):
 class Gap:
     """A subscriber re-joined its topic and may have missed epochs (``recover=True`` only).
 
-    - ``reason``: ``"lagged"`` (a publisher evicted it) or ``"restarted"`` (a publisher came back
-      with a new incarnation);
+    - ``reason``: ``"lagged"`` (a publisher evicted it), ``"restarted"`` (a publisher came back
+      with a new incarnation) or ``"aborted"`` (a publisher aborted and a new incarnation took
+      over);
     - ``partition``: the partition that caused it;
     - ``last_epoch``: the last complete epoch delivered before the gap (``None`` if none);
     - ``since``: the merged lower frontier before the gap (tuple of times): every epoch not at or
@@ -774,11 +951,11 @@ class Subscriber:
         self.partitions = n
         self._ctx = context or zmq.Context.instance()
         self._check = getattr(order, "check", None)
-        self._time_cache: dict[bytes, Any] = {}
         self._parked: list = []  # decoded (message, nbytes) outputs not yet handed out
         self._last_epoch = None
         self._closed = False
         self._pending_gap: Gap | None = None
+        self._failure: EpochstreamError | None = None  # raised once the outputs before it are out
         self.id = uuid.uuid4().hex  # stable across re-connections; lets a publisher recognise us
         self.gaps: list[Gap] = []
         self.stats = collections.Counter()
@@ -808,6 +985,10 @@ class Subscriber:
             elif p.state == "dead":
                 raise PublisherLost(f"topic {self.topic!r}: the publisher of partition {i} "
                                     f"(pid {p.pid}) is dead", partition=i)
+            elif p.state == "aborted":
+                raise PublisherAborted(f"topic {self.topic!r}: the publisher of partition {i} "
+                                       f"(pid {p.pid}) aborted; its open epochs never complete",
+                                       partition=i)
             else:
                 endpoints.append(p.endpoint)
                 self._catalog_incarnations[i] = p.incarnation
@@ -816,10 +997,13 @@ class Subscriber:
     def _join(self, floor, info=None) -> None:
         endpoints, closed = self._endpoints(info)
         self._protocol = SubscriberProtocol(self.order, self.partitions, floor=floor)
+        # filter verdicts per raw data header: valid for this join's protocol state only
+        self._time_cache: dict[bytes, Any] = {}
+        self._awaiting: dict[int, tuple] = {}  # aborted partition -> (incarnation, deadline, reason)
         self._poller = zmq.Poller()
         self._last_heard: dict[int, float] = {}
         self._last_ping = _time.monotonic()
-        self._last_lookup = 0.0
+        self._last_lookup = self._last_await_lookup = 0.0
         self._part_lower: dict[int, set] = {}
         self._incarnations: dict[int, str] = {}
         self._unacked: dict[int, int] = {}
@@ -832,9 +1016,11 @@ class Subscriber:
             s.setsockopt(zmq.RCVHWM, self._rcvhwm)
             s.setsockopt(zmq.LINGER, 0)
             # ZMTP pings let the publisher see this subscriber is alive even while it reads
-            # nothing. No ZMTP timeout on this side: a stalled reader never sees the publisher's
-            # PONGs (they queue behind unread data), and would drop its own connection; a dead
-            # publisher is detected by the application heartbeat and ``timeout`` instead.
+            # nothing. The ZMTP timeout on this side is one hour, in effect none: left unset,
+            # libzmq would use the interval as the timeout, and a stalled reader never sees the
+            # publisher's PONGs (they queue behind unread data), so it would drop its own
+            # connection (libzmq 4.3.5 then aborts the process). A dead publisher is detected
+            # by the application heartbeat and ``timeout`` instead.
             s.setsockopt(zmq.HEARTBEAT_IVL, hb_ms)
             s.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3_600_000)
             s.connect(ep)
@@ -906,8 +1092,6 @@ class Subscriber:
         out = self._protocol.receive(partition, snap)
         if self._pending_gap is not None and self._protocol.ready:
             gap = self._pending_gap
-            from .frontier import Antichain
-            from .order import dual
             uppers = Antichain(dual(self.order))
             for snap in self._protocol.snapshots.values():
                 uppers.extend(snap.upper)
@@ -944,7 +1128,7 @@ class Subscriber:
     def _handle(self, partition: int, frames) -> list:
         """Process one multipart message; return protocol outputs (data still encoded)."""
         self.stats["messages"] += 1
-        if self.credit is not None:
+        if self.credit is not None and frames[0] in _CREDITED:
             n = self._unacked.get(partition, 0) + 1
             if n >= self.credit // 2:
                 s = self._by_partition.get(partition)
@@ -995,8 +1179,9 @@ class Subscriber:
                 if self.recover:
                     self._rejoin("lagged", partition)
                     return []
-                raise SubscriberLagged(f"{msg.message}; last complete epoch delivered: {self._last_epoch!r}",
-                                       partition=partition, last_epoch=self._last_epoch)
+                raise SubscriberLagged(msg.message, partition=partition)
+            if msg.code == "aborted":
+                return self._aborted(partition, msg)
             if msg.code == "rejoin":
                 if self.recover:
                     self._rejoin("restarted", partition)
@@ -1008,12 +1193,39 @@ class Subscriber:
         return []  # heartbeat: liveness only
 
     def _poll(self, timeout_s: float | None) -> list:
-        """Wait up to ``timeout_s`` for messages; return outputs as ``(message, nbytes)``."""
+        """Wait up to ``timeout_s`` for messages; return outputs as ``(message, nbytes)``.
+        A failure (lagged, lost, aborted, a protocol violation by a publisher) is raised only
+        after everything that arrived before it was returned: see :attr:`_failure`."""
         if self._parked:
             out, self._parked = self._parked, []
             return out
+        if self._failure is not None:
+            self._raise_failure()
+        try:
+            self._read(timeout_s)
+        except EpochstreamError as exc:
+            self._failure = exc
+        result, self._parked = self._parked, []
+        if not result and self._failure is not None:
+            self._raise_failure()
+        return result
+
+    def _raise_failure(self):
+        exc = self._failure
+        if isinstance(exc, SubscriberLagged) and exc.last_epoch is None and self._last_epoch is not None:
+            # name the last epoch actually handed out, now that everything before it was
+            exc = self._failure = SubscriberLagged(
+                f"{exc}; last complete epoch delivered: {self._last_epoch!r}",
+                partition=exc.partition, last_epoch=self._last_epoch)
+        raise exc
+
+    def _read(self, timeout_s: float | None) -> None:
+        """One poll: read what arrived (outputs go to ``_parked``), ping, check liveness."""
         if not self._sockets:
-            return []
+            if self._awaiting:  # every socket retired, waiting for a new publisher
+                _time.sleep(min(0.05, timeout_s if timeout_s is not None else 0.05))
+                self._check_awaiting(_time.monotonic())
+            return
         ms = None if timeout_s is None else max(0, int(timeout_s * 1000))
         events = self._poller.poll(ms)
         now = _time.monotonic()
@@ -1041,8 +1253,6 @@ class Subscriber:
                 except zmq.ZMQError:
                     pass
         self._check_liveness(now)
-        result, self._parked = self._parked, []
-        return result
 
     def _decoded(self, m):
         """Queue entry for a protocol output. Data stays encoded here and is decoded in
@@ -1055,51 +1265,91 @@ class Subscriber:
             return m, n
         return m, 0
 
+    def _catalog_partitions(self) -> dict:
+        """``{index: PartitionInfo}`` from the catalog (``{}`` without one, or if unreadable)."""
+        if self._catalog is None:
+            return {}
+        try:
+            info = self._catalog.lookup(self.topic)
+        except EpochstreamError:
+            return {}
+        return {p.index: p for p in info.partition_info}
+
     def _check_liveness(self, now: float) -> None:
+        """Partitions silent for a few pings are looked up in the catalog (at most once per
+        ping interval): one that closed or aborted before answering our hello is settled, a
+        restarted one re-joined (``recover=True``); past ``timeout``: :class:`PublisherLost`."""
         suspect_after = min(self.timeout, 3 * self.ping_interval)
-        for partition, heard in list(self._last_heard.items()):
-            silent = now - heard
-            if silent <= suspect_after:
+        suspects = [(p, now - h) for p, h in self._last_heard.items() if now - h > suspect_after]
+        if self._awaiting:
+            self._check_awaiting(now)
+        if not suspects:
+            return
+        if now - self._last_lookup < self.ping_interval and all(t <= self.timeout for _, t in suspects):
+            return
+        self._last_lookup = now
+        parts = self._catalog_partitions()
+        for partition, silent in suspects:
+            p = parts.get(partition)
+            if p is not None and partition not in self._protocol.snapshots:
+                if p.state == "closed":  # closed between our catalog lookup and our hello
+                    self._retire_socket(partition)
+                    self._accept_snapshot(partition, InitialFrontierSnapshot((), tuple(p.upper)))
+                    continue
+            if p is not None and p.state == "aborted" and p.incarnation == (
+                    self._incarnations.get(partition) or self._catalog_incarnations.get(partition)):
+                self._aborted(partition, None)  # its X aborted notice never reached us
                 continue
-            if silent <= self.timeout:
-                # Silent for a few pings: with recovery on, look for a restarted publisher (a new
-                # incarnation in the catalog, possibly on another endpoint) before the timeout.
-                if self.recover and self._catalog is not None and now - self._last_lookup >= self.ping_interval:
-                    self._last_lookup = now
-                    if self._restarted(partition):
-                        self._rejoin("restarted", partition)
-                        return
-                continue
-            p = None
-            if self._catalog is not None:
-                try:
-                    info = self._catalog.lookup(self.topic)
-                    p = next((x for x in info.partition_info if x.index == partition), None)
-                except EpochstreamError:
-                    p = None
-            if p is not None and p.state == "closed" and partition not in self._protocol.snapshots:
-                # The publisher closed between our catalog lookup and our hello.
-                self._retire_socket(partition)
-                self._accept_snapshot(partition, InitialFrontierSnapshot((), tuple(p.upper)))
-                continue
-            if self.recover and p is not None and self._restarted(partition, p):
+            if self.recover and self._restarted(partition, p):
                 self._rejoin("restarted", partition)
                 return
-            raise PublisherLost(f"topic {self.topic!r}: no message from partition {partition} "
-                                f"for {now - heard:.1f} s (timeout {self.timeout} s)",
-                                partition=partition)
+            if silent > self.timeout:
+                raise PublisherLost(f"topic {self.topic!r}: no message from partition {partition} "
+                                    f"for {silent:.1f} s (timeout {self.timeout} s)",
+                                    partition=partition)
 
-    def _restarted(self, partition: int, p=None) -> bool:
-        """True iff the catalog lists a live publisher of ``partition`` with another incarnation
-        than the one this subscriber joined."""
-        if p is None:
-            try:
-                info = self._catalog.lookup(self.topic)
-            except EpochstreamError:
-                return False
-            p = next((x for x in info.partition_info if x.index == partition), None)
+    def _restarted(self, partition: int, p) -> bool:
+        """True iff ``p`` (the catalog's entry for ``partition``) is a live publisher with
+        another incarnation than the one this subscriber joined."""
         known = self._incarnations.get(partition) or self._catalog_incarnations.get(partition)
         return p is not None and p.state == "live" and known is not None and p.incarnation != known
+
+    def _aborted(self, partition: int, notice) -> list:
+        """A partition's publisher aborted (its ``X aborted`` notice, or the catalog says so).
+        Without ``recover`` (or without a catalog to find a successor):
+        :class:`PublisherAborted`. With it: wait up to ``timeout`` seconds for a new live
+        incarnation in the catalog, then re-join and report a :class:`Gap`."""
+        reason = notice.message if notice is not None else "the catalog marks it aborted"
+        incarnation = ((notice.extra.get("incarnation") if notice is not None else None)
+                       or self._incarnations.get(partition)
+                       or self._catalog_incarnations.get(partition))
+        self._retire_socket(partition)
+        if not self.recover or self._catalog is None:
+            raise PublisherAborted(f"topic {self.topic!r}: the publisher of partition {partition} "
+                                   f"aborted; its open epochs never complete ({reason})",
+                                   partition=partition, reason=reason)
+        log.warning("topic %r: partition %s aborted (%s); waiting up to %s s for a new publisher",
+                    self.topic, partition, reason, self.timeout)
+        self._awaiting[partition] = (incarnation, _time.monotonic() + self.timeout, reason)
+        return []
+
+    def _check_awaiting(self, now: float) -> None:
+        """Re-join once every aborted partition has a new live incarnation in the catalog;
+        :class:`PublisherAborted` when one did not appear within ``timeout``."""
+        if now - self._last_await_lookup < self.ping_interval / 4:
+            return
+        self._last_await_lookup = now
+        parts = self._catalog_partitions()
+        for partition, (incarnation, deadline, reason) in list(self._awaiting.items()):
+            p = parts.get(partition)
+            if p is not None and p.state == "live" and p.incarnation != incarnation:
+                self._rejoin("aborted", partition)
+                return
+            if now > deadline:
+                raise PublisherAborted(
+                    f"topic {self.topic!r}: the publisher of partition {partition} aborted "
+                    f"({reason}) and no new publisher appeared within {self.timeout} s",
+                    partition=partition, reason=reason)
 
     def wait_ready(self, timeout: float | None = 10.0) -> bool:
         """Process messages until every partition's snapshot has arrived (data that arrives

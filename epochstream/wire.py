@@ -15,7 +15,8 @@ Publisher → subscriber kinds:
   "order": str, "codec": str, "incarnation": str, "heartbeat": float seconds}``
 - ``D`` data — header: the time ``T`` alone (an int, or an array for product times), so a
   subscriber can cache the filter verdict per raw header bytes; frame 2 the payload.
-- ``F`` lower frontier update — header ``[[T, delta], ...]``
+- ``F`` lower frontier update — header ``[[T, delta], ...]`` (each ``delta`` an int: +1 or -1
+  from our publisher; any int is accepted)
 - ``H`` heartbeat — header ``{"lower": [T...]}`` (sent while the stream is idle)
 - ``X`` notice — header ``{"code": str, "message": str, ...}``; ``code`` ``"lagged"`` means the
   publisher evicted the subscriber, ``"error"`` that it rejected the subscriber's last message,
@@ -33,10 +34,37 @@ Subscriber → publisher kinds (over the subscriber's DEALER):
   restarted, or dropped the connection)
 - ``b`` bye — header ``{}``: the subscriber leaves; the publisher frees its state
 
+Control headers are type-checked where they are decoded, in :func:`decode_control`, against one
+schema per kind (:data:`CONTROL_SCHEMAS`), so a publisher only ever sees well-typed headers:
+
+========  ==============  =========  ================================
+kind      field           required   type and range
+========  ==============  =========  ================================
+``h``     ``topic``       yes        str
+``h``     ``partition``   yes        int >= 0
+``h``     ``id``          yes        str of at most 128 characters
+``h``     ``credit``      no         int, 1 <= credit <= 2**31
+``p``     ``id``          yes        str of at most 128 characters
+``c``     ``messages``    yes        int, 1 <= messages <= 2**31
+``b``     (none)
+========  ==============  =========  ================================
+
+"int" means a msgpack integer: ``true``/``false`` (Python ``bool``), floats and strings of
+digits are refused, and so is ``nil`` for an optional field (leave the key out instead). The
+header must be a map. Keys not in the table are **ignored** (dropped from the decoded header),
+so a newer subscriber may send fields an older publisher does not know yet (forward
+compatibility); ``filter`` is not a field yet. :func:`decode_control` returns ``(kind, header)``
+where ``header`` is a ``dict`` holding exactly the known fields that were present, checked; any
+violation is a :class:`~epochstream.errors.WireError` naming kind and field, e.g.
+``hello.partition must be an int >= 0, got 'x'``.
+
 Times are msgpack ints, or arrays of ints for product orders (decoded as tuples).
 
 Codecs (``codec(name)``): ``msgpack`` — a list of records (dicts, tuples or scalars; datetimes as
-ISO-8601 strings); ``arrow`` — Arrow IPC stream bytes holding exactly one RecordBatch.
+ISO-8601 strings); ``arrow`` — Arrow IPC stream bytes holding exactly one RecordBatch. Encoding
+refuses, with a :class:`~epochstream.errors.WireError`, anything that is not a batch of records
+(a dict, a string, bytes, a set, ``None``, a scalar, an iterator): ``send(t, {"a": 1})`` would
+otherwise publish the dict's keys, ``send(t, "abc")`` its characters.
 
 Every decoding failure raises :class:`~epochstream.errors.WireError` naming what was wrong.
 """
@@ -45,7 +73,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
-from typing import Any
+from collections.abc import Sequence as _Sequence
+from typing import Any, Callable, NamedTuple
 
 import msgpack
 
@@ -56,7 +85,8 @@ __all__ = ["VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HE
            "CREDIT",
            "Heartbeat", "Notice", "encode_snapshot", "encode_data", "encode_frontier",
            "encode_heartbeat", "encode_notice", "encode_control", "decode", "decode_control",
-           "decode_time", "codec", "CODECS", "MsgpackCodec", "ArrowCodec"]
+           "decode_time", "codec", "CODECS", "MsgpackCodec", "ArrowCodec", "CONTROL_SCHEMAS",
+           "ControlField"]
 
 VERSION = 1
 _V = bytes([VERSION])
@@ -78,6 +108,61 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 
 def _unpack(raw) -> Any:
     return msgpack.unpackb(raw, use_list=False, raw=False, strict_map_key=False)
+
+
+# -- control message schemas (subscriber -> publisher) -----------------------------------------
+MAX_ID_CHARS = 128
+MAX_COUNT = 1 << 31
+
+
+class ControlField(NamedTuple):
+    """One field of a control header: ``check(value)`` is True for a well-typed value;
+    ``expected`` describes it for error messages."""
+
+    name: str
+    required: bool
+    check: Callable[[Any], bool]
+    expected: str
+
+
+# ``type(v) is int`` (not isinstance): msgpack decodes integers as plain ints, and bool -- a
+# subclass of int -- is refused on purpose.
+def _is_str(v) -> bool:
+    return type(v) is str
+
+
+def _is_id(v) -> bool:
+    return type(v) is str and len(v) <= MAX_ID_CHARS
+
+
+def _is_index(v) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _is_count(v) -> bool:
+    return type(v) is int and 1 <= v <= MAX_COUNT
+
+
+_ID = f"a str of at most {MAX_ID_CHARS} characters"
+_COUNT = "an int >= 1 (at most 2**31)"
+
+#: kind -> (name, fields): the schema of every subscriber -> publisher message (see the module
+#: docstring). Keys a header holds beyond these are ignored.
+CONTROL_SCHEMAS: dict[bytes, tuple[str, tuple[ControlField, ...]]] = {
+    HELLO: ("hello", (ControlField("topic", True, _is_str, "a str"),
+                      ControlField("partition", True, _is_index, "an int >= 0"),
+                      ControlField("id", True, _is_id, _ID),
+                      ControlField("credit", False, _is_count, _COUNT))),
+    PING: ("ping", (ControlField("id", True, _is_id, _ID),)),
+    CREDIT: ("credit", (ControlField("messages", True, _is_count, _COUNT),)),
+    BYE: ("bye", ()),
+}
+
+
+def _show(value, limit: int = 80) -> str:
+    """``repr(value)``, shortened for an error message (a header may be up to 64 KiB)."""
+    r = repr(value)
+    return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
 class Heartbeat:
@@ -172,7 +257,7 @@ def _check_kind(frames, kinds) -> bytes:
 
 def _times(value, what: str) -> tuple:
     if not isinstance(value, (tuple, list)):
-        raise WireError(f"{what} must be an array of times, got {value!r}")
+        raise WireError(f"{what} must be an array of times, got {_show(value)}")
     return tuple(value)
 
 
@@ -199,23 +284,30 @@ def decode(frames) -> Any:
         return DataMessage(decode_time(frames[1]), frames[2])
     if kind == FRONTIER:
         h = _header(frames, 2)
-        try:
-            return LowerFrontierUpdate(tuple((t, int(d)) for t, d in h))
-        except (TypeError, ValueError):
-            raise WireError(f"frontier update header must be [[time, delta], ...], got {h!r}") from None
+        if isinstance(h, (tuple, list)):
+            updates = []
+            for pair in h:
+                if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                        or type(pair[1]) is not int):
+                    break
+                updates.append((pair[0], pair[1]))
+            else:
+                return LowerFrontierUpdate(tuple(updates))
+        raise WireError(f"frontier update header must be [[time, delta], ...] with int deltas, "
+                        f"got {_show(h)}")
     if kind == SNAPSHOT:
         h = _header(frames, 2)
         if not isinstance(h, dict) or "lower" not in h or "upper" not in h:
-            raise WireError(f"snapshot header must be a map with 'lower' and 'upper', got {h!r}")
+            raise WireError(f"snapshot header must be a map with 'lower' and 'upper', got {_show(h)}")
         return InitialFrontierSnapshot(_times(h["lower"], "lower"), _times(h["upper"], "upper"))
     if kind == HEARTBEAT:
         h = _header(frames, 2)
         if not isinstance(h, dict) or "lower" not in h:
-            raise WireError(f"heartbeat header must be a map with 'lower', got {h!r}")
+            raise WireError(f"heartbeat header must be a map with 'lower', got {_show(h)}")
         return Heartbeat(_times(h["lower"], "lower"))
     h = _header(frames, 2)
     if not isinstance(h, dict) or not isinstance(h.get("code"), str):
-        raise WireError(f"notice header must be a map with a 'code', got {h!r}")
+        raise WireError(f"notice header must be a map with a str 'code', got {_show(h)}")
     return Notice(h["code"], str(h.get("message", "")), h)
 
 
@@ -226,15 +318,51 @@ def decode_snapshot_meta(frames) -> dict:
 
 
 def decode_control(frames) -> tuple[bytes, dict]:
-    """Decode a subscriber → publisher message: ``(kind, header map)``. Raises :class:`WireError`."""
+    """Decode a subscriber → publisher message: ``(kind, header)``, where ``header`` is a dict
+    holding exactly the fields of the kind's schema (:data:`CONTROL_SCHEMAS`) that were present,
+    each checked; unknown keys are dropped. Raises :class:`WireError` for a wrong frame count,
+    an unknown kind or version, a header that is not a msgpack map, a missing required field or
+    a field of the wrong type or range (the message names kind and field)."""
     kind = _check_kind(frames, _SUB_KINDS)
-    h = _header(frames, 2)
-    if not isinstance(h, dict):
-        raise WireError(f"control header must be a map, got {h!r}")
-    return kind, h
+    name, fields = CONTROL_SCHEMAS[kind]
+    if len(frames) != 2:
+        raise WireError(f"{name} message needs 2 frames, got {len(frames)}")
+    try:
+        h = _unpack(frames[1])
+    except Exception as exc:
+        raise WireError(f"{name} header does not decode as msgpack: {exc}") from None
+    if type(h) is not dict:
+        raise WireError(f"{name} header must be a map, got {_show(h)}")
+    header = {}
+    for f in fields:
+        if f.name in h:
+            value = h[f.name]
+            if not f.check(value):
+                raise WireError(f"{name}.{f.name} must be {f.expected}, got {_show(value)}")
+            header[f.name] = value
+        elif f.required:
+            raise WireError(f"{name}.{f.name} is required ({f.expected}); header was {_show(h)}")
+    return kind, header
 
 
 # -- codecs -----------------------------------------------------------------------------------
+_IS_DICT = dict.__instancecheck__  # isinstance(row, dict), as a fast callable for map()
+
+
+def _kind_of(obj) -> str:
+    return "None" if obj is None else type(obj).__name__
+
+
+def _record_sequence(records) -> list:
+    """``records`` as a list if it is a sequence of records (a list, a tuple, or another
+    :class:`collections.abc.Sequence` such as a ``range`` or a ``deque``); :class:`WireError`
+    for a dict, str, bytes-like object, set, ``None``, a scalar or an iterator that is not a
+    sequence (refused so that nothing is half-consumed)."""
+    if isinstance(records, (str, bytes, bytearray, memoryview)) or not isinstance(records, _Sequence):
+        raise WireError(f"records must be a list or tuple of records, got {_kind_of(records)}")
+    return list(records)
+
+
 def _default(obj):
     if isinstance(obj, (_dt.datetime, _dt.date, _dt.time)):
         return obj.isoformat()
@@ -258,8 +386,8 @@ class MsgpackCodec:
         self._pack = msgpack.Packer(use_bin_type=True, default=_default).pack
 
     def encode(self, records) -> bytes:
-        if not isinstance(records, (list, tuple)):
-            records = list(records)
+        if not isinstance(records, (list, tuple)):  # the hot path is this one isinstance
+            records = _record_sequence(records)
         try:
             return self._pack(records)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -335,11 +463,26 @@ class ArrowCodec:
 
     def encode(self, records) -> bytes:
         pa = self._pa
-        if isinstance(records, pa.Table):
+        if isinstance(records, pa.RecordBatch):
+            pass
+        elif isinstance(records, pa.Table):
             records = records.combine_chunks().to_batches()
             records = records[0] if len(records) == 1 else pa.concat_batches(records)
-        elif not isinstance(records, pa.RecordBatch):
-            records = pa.RecordBatch.from_pylist(list(records))
+        else:
+            if isinstance(records, (str, bytes, bytearray, memoryview)) or not isinstance(
+                    records, _Sequence):
+                raise WireError("records must be a pyarrow.RecordBatch, a pyarrow.Table or a list "
+                                f"of dicts, got {_kind_of(records)}")
+            rows = records if isinstance(records, list) else list(records)
+            # pyarrow would read a str row as a row of nulls; one cheap pass (~2% of from_pylist)
+            if not all(map(_IS_DICT, rows)):
+                i, bad = next((i, r) for i, r in enumerate(rows) if not isinstance(r, dict))
+                raise WireError(f"arrow codec: records must be dicts, record {i} is of type "
+                                f"{_kind_of(bad)}")
+            try:
+                records = pa.RecordBatch.from_pylist(rows)
+            except (pa.ArrowException, TypeError, ValueError, AttributeError, KeyError) as exc:
+                raise WireError(f"arrow codec cannot encode records: {exc}") from None
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, records.schema) as writer:
             writer.write_batch(records)

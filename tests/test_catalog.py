@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from epochstream.catalog import Catalog, PartitionInfo, TopicInfo, pid_alive
+from epochstream.catalog import SCHEMA_VERSION, Catalog, PartitionInfo, TopicInfo, pid_alive
 from epochstream.errors import CatalogError, PartitionHeld, TopicNotFound
 from epochstream.order import TOTAL, product
 
@@ -90,6 +91,7 @@ def test_wal_mode_and_schema(cat):
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION >= 1
     finally:
         conn.close()
     assert {"topics", "partitions"} <= tables
@@ -464,3 +466,381 @@ def test_partition_info_positional_fields():
 
 def test_catalog_path_attribute_is_path(cat, tmp_path):
     assert isinstance(cat.path, Path) and cat.path == tmp_path / "cat.sqlite"
+
+
+# ---- creation by many processes at once ------------------------------------------------------
+
+_PEER = Path(__file__).with_name("catalog_peer.py")
+
+
+def _open_new_catalog_at_once(root: Path, n: int, rounds: int) -> list[str]:
+    """Run ``n`` peers (tests/catalog_peer.py) for ``rounds`` rounds; each round they all open
+    the fresh catalog ``root/r<round>/cat.sqlite`` at the same instant. Returns the failures."""
+    procs = [subprocess.Popen([sys.executable, str(_PEER), str(root), str(rounds), str(n), str(i)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for i in range(n)]
+    failures = []
+    try:
+        for r in range(rounds):
+            for p in procs:
+                assert p.stdout.readline().split() == ["ready", str(r)]
+            start = time.time() + 0.02  # every peer sleeps until the same instant
+            for p in procs:
+                p.stdin.write(f"go {start!r}\n")
+                p.stdin.flush()
+            for i, p in enumerate(procs):
+                _, rr, outcome, *error = p.stdout.readline().strip().split(maxsplit=3)
+                assert rr == str(r)
+                if outcome != "ok":
+                    failures.append(f"round {r}, process {i}: {' '.join(error)}")
+        for p in procs:
+            assert p.wait(10) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return failures
+
+
+def test_many_processes_create_the_same_new_catalog_at_once(tmp_path):
+    """8 processes open the same *new* catalog file at the same instant, then create a topic and
+    register one partition each; repeated on 30 fresh files. Before the fix, switching the new
+    file to WAL mode failed at once with ``database is locked`` in 3 to 14 of the 30 rounds
+    (8 runs on 2 cores); the deterministic form is the next test."""
+    n, rounds = 8, 30
+    failures = _open_new_catalog_at_once(tmp_path, n, rounds)
+    assert failures == [], f"{len(failures)} of {n * rounds} opens failed: {failures[:5]}"
+    for r in range(rounds):
+        info = Catalog(tmp_path / f"r{r}" / "cat.sqlite").lookup("t")
+        assert [p.index for p in info.partition_info] == list(range(n))
+
+
+def test_new_catalog_waits_for_a_writer_holding_the_new_file(tmp_path):
+    """Deterministic form of the race above: another connection holds the write lock of the new
+    (not yet WAL) file. Switching to WAL then fails at once with ``database is locked`` -- SQLite
+    does not call the busy handler for it -- unless the switch is retried; with the fix, Catalog
+    waits until the writer is done (0.3 s here) and succeeds."""
+    path = tmp_path / "cat.sqlite"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+    release.start()
+    t0 = time.monotonic()
+    try:
+        cat = Catalog(path)
+        waited = time.monotonic() - t0
+    finally:
+        release.join()
+        other.close()
+    assert 0.25 <= waited < 4
+    cat.create_topic("t")
+    assert cat.lookup("t").partition_info == ()
+
+
+def test_writer_holding_a_new_file_too_long_is_reported(tmp_path, monkeypatch):
+    """The retries stop at the busy timeout with a CatalogError naming the file."""
+    import epochstream.catalog as catalog_module
+
+    monkeypatch.setattr(catalog_module, "BUSY_TIMEOUT_S", 0.3)
+    path = tmp_path / "cat.sqlite"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(CatalogError, match=r"cat\.sqlite.*(WAL|locked)"):
+            Catalog(path)
+        assert 0.25 <= time.monotonic() - t0 < 3
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+# ---- schema version and migration --------------------------------------------------------------
+
+# The DDL of catalog files written before schema versioning (user_version 0), verbatim.
+_OLD_SCHEMA = """
+CREATE TABLE IF NOT EXISTS topics (
+    name        TEXT PRIMARY KEY,
+    order_name  TEXT NOT NULL,
+    codec       TEXT NOT NULL,
+    partitions  INTEGER NOT NULL CHECK (partitions >= 1),
+    schema      TEXT,
+    created_at  REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS partitions (
+    topic       TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    idx         INTEGER NOT NULL CHECK (idx >= 0),
+    endpoint    TEXT NOT NULL,
+    ingest      TEXT,
+    state       TEXT NOT NULL CHECK (state IN ('live', 'closed')),
+    incarnation TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    pid_start   REAL,
+    host        TEXT,
+    upper       TEXT NOT NULL DEFAULT '[]',
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (topic, idx)
+);
+"""
+
+
+def _old_catalog(path: Path, t: str = "t") -> None:
+    """An old-schema catalog: topic ``t`` (3 partitions: 0 live in this process, 1 closed, 2 not
+    registered) and topic ``u`` (1 partition, live)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(_OLD_SCHEMA)
+        conn.execute("INSERT INTO topics VALUES (?, 'product(2)', 'arrow', 3, 'S', 1.0)", (t,))
+        conn.execute("INSERT INTO topics VALUES ('u', 'total', 'msgpack', 1, NULL, 2.0)")
+        start = psutil.Process(os.getpid()).create_time()
+        conn.execute("INSERT INTO partitions VALUES (?, 0, 'tcp://a', 'tcp://i', 'live', 'i0', "
+                     "?, ?, ?, '[]', 10.0)", (t, os.getpid(), start, socket.gethostname()))
+        conn.execute("INSERT INTO partitions VALUES (?, 1, 'tcp://b', NULL, 'closed', 'i1', "
+                     "?, ?, ?, '[[3, 1], [1, 4]]', 11.0)",
+                     (t, os.getpid(), start, socket.gethostname()))
+        conn.execute("INSERT INTO partitions VALUES ('u', 0, 'tcp://c', NULL, 'live', 'i2', "
+                     "?, ?, ?, '[]', 12.0)", (os.getpid(), start, socket.gethostname()))
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+    finally:
+        conn.close()
+
+
+def test_old_catalog_file_is_migrated_keeping_its_rows(tmp_path):
+    path = tmp_path / "old.sqlite"
+    _old_catalog(path)
+    cat = Catalog(path)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        ddl = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'partitions'").fetchone()[0]
+        assert "'aborted'" in ddl
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert tables == {"topics", "partitions"}  # no leftover of the rebuild
+        fks = conn.execute("PRAGMA foreign_key_list(partitions)").fetchall()
+        assert [(fk[2], fk[3], fk[4], fk[6]) for fk in fks] == \
+            [("topics", "topic", "name", "CASCADE")]
+    finally:
+        conn.close()
+    t = cat.lookup("t")
+    assert (t.order_name, t.codec, t.partitions, t.schema) == ("product(2)", "arrow", 3, "S")
+    rows = [(p.index, p.endpoint, p.ingest, p.state, p.incarnation, p.pid, p.upper, p.updated_at,
+             p.host) for p in t.partition_info]
+    host = socket.gethostname()
+    assert rows == [(0, "tcp://a", "tcp://i", "live", "i0", os.getpid(), (), 10.0, host),
+                    (1, "tcp://b", None, "closed", "i1", os.getpid(), ((3, 1), (1, 4)), 11.0, host)]
+    assert t.partition_info[0].alive
+    # the new state is accepted now (the old CHECK constraint refused it)
+    assert cat.close_partition("t", 0, "i0", upper=[(5, 5)], aborted=True) is True
+    assert cat.lookup("t").partition_info[0].state == "aborted"
+    # the foreign key still cascades; the other topic is untouched
+    cat.drop_topic("t")
+    assert [(t.name, [p.incarnation for p in t.partition_info]) for t in cat.topics()] == \
+        [("u", ["i2"])]
+    # opening again changes nothing
+    assert Catalog(path).lookup("u").partition_info[0].updated_at == 12.0
+
+
+def test_old_catalog_opened_by_many_processes_at_once(tmp_path):
+    """Every process sees version 0 and races to migrate: exactly one does, all succeed."""
+    root = tmp_path / "r0"
+    root.mkdir()
+    _old_catalog(root / "cat.sqlite", t="old")
+    failures = _open_new_catalog_at_once(tmp_path, 6, 1)  # round 0 opens root: the old file
+    assert failures == []
+    conn = sqlite3.connect(root / "cat.sqlite")
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        ddl = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'partitions'").fetchone()[0]
+        assert "'aborted'" in ddl
+    finally:
+        conn.close()
+    cat = Catalog(root / "cat.sqlite")
+    assert [t.name for t in cat.topics()] == ["old", "t", "u"]
+    assert [p.incarnation for p in cat.lookup("old").partition_info] == ["i0", "i1"]
+    assert [p.index for p in cat.lookup("t").partition_info] == list(range(6))
+
+
+def test_catalog_of_a_newer_schema_version_is_refused(tmp_path):
+    path = tmp_path / "new.sqlite"
+    Catalog(path)
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    with pytest.raises(CatalogError, match=f"schema version {SCHEMA_VERSION + 1}"):
+        Catalog(path)
+
+
+# ---- upper frontiers and the aborted state -------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # reaped: its pid no longer exists
+    return proc.pid
+
+
+def test_register_partition_stores_given_upper(cat):
+    cat.create_topic("p", order="product(2)")
+    cat.create_topic("t", partitions=2)
+    cat.register_partition("p", 0, "tcp://p", upper=[(2, 0), [0, 3]])
+    cat.register_partition("t", 0, "tcp://t0", upper=(7,))
+    cat.register_partition("t", 1, "tcp://t1")  # default: nothing sent yet
+    assert cat.lookup("p").partition_info[0].upper == ((2, 0), (0, 3))
+    assert [p.upper for p in cat.lookup("t").partition_info] == [(7,), ()]
+
+
+@pytest.mark.parametrize("bad", [[1.5], ["3"], [(1, "x")], 7, [None]])
+def test_bad_upper_is_a_catalog_error(cat, bad):
+    cat.create_topic("t")
+    with pytest.raises(CatalogError, match="upper must be"):
+        cat.register_partition("t", 0, "tcp://t", upper=bad)
+    assert cat.lookup("t").partition_info == ()
+    inc = cat.register_partition("t", 0, "tcp://t", upper=[1])
+    with pytest.raises(CatalogError, match="upper must be"):
+        cat.record_upper("t", 0, inc, bad)
+    with pytest.raises(CatalogError, match="upper must be"):
+        cat.close_partition("t", 0, inc, upper=bad)
+    p = cat.lookup("t").partition_info[0]
+    assert (p.state, p.upper) == ("live", (1,))
+
+
+def test_record_upper_moves_the_stored_upper_while_live(cat):
+    cat.create_topic("p", order="product(2)")
+    inc = cat.register_partition("p", 0, "tcp://p")
+    before = cat.lookup("p").partition_info[0].updated_at
+    time.sleep(0.02)
+    assert cat.record_upper("p", 0, inc, [(1, 0)]) is True
+    assert cat.record_upper("p", 0, inc, [(2, 0), [0, 5]]) is True
+    p = cat.lookup("p").partition_info[0]
+    assert (p.state, p.upper) == ("live", ((2, 0), (0, 5)))
+    assert p.updated_at > before
+    # another Catalog object (another connection) sees it too, as does a fresh process' view
+    assert Catalog(cat.path).lookup("p").partition_info[0].upper == ((2, 0), (0, 5))
+
+
+def test_record_upper_after_replacement_is_a_noop(cat):
+    cat.create_topic("t")
+    old = cat.register_partition("t", 0, "tcp://old", pid=_dead_pid())
+    assert cat.record_upper("t", 0, old, [4]) is True
+    assert cat.lookup("t").partition_info[0].state == "dead"
+    new = cat.register_partition("t", 0, "tcp://new", upper=[9])  # replaces the dead holder
+    updated_at = cat.lookup("t").partition_info[0].updated_at
+    assert cat.record_upper("t", 0, old, [100]) is False
+    p = cat.lookup("t").partition_info[0]
+    assert (p.incarnation, p.upper, p.updated_at) == (new, (9,), updated_at)
+    assert cat.record_upper("t", 0, new, [10]) is True
+    assert cat.lookup("t").partition_info[0].upper == (10,)
+    # unknown topic / partition: nothing to update
+    assert cat.record_upper("nope", 0, new, [1]) is False
+    assert cat.record_upper("t", 1, new, [1]) is False
+
+
+def test_record_upper_after_close_is_a_noop(cat):
+    cat.create_topic("t", partitions=2)
+    a = cat.register_partition("t", 0, "tcp://a")
+    b = cat.register_partition("t", 1, "tcp://b")
+    cat.close_partition("t", 0, a, upper=[5])
+    cat.close_partition("t", 1, b, upper=[6], aborted=True)
+    assert cat.record_upper("t", 0, a, [50]) is False
+    assert cat.record_upper("t", 1, b, [60]) is False
+    assert [(p.state, p.upper) for p in cat.lookup("t").partition_info] == \
+        [("closed", (5,)), ("aborted", (6,))]
+
+
+def test_upper_of_a_dead_partition_is_the_last_recorded(cat):
+    cat.create_topic("t")
+    inc = cat.register_partition("t", 0, "tcp://x", pid=_dead_pid(), upper=[1])
+    cat.record_upper("t", 0, inc, [3])
+    p = cat.lookup("t").partition_info[0]
+    assert (p.state, p.upper) == ("dead", (3,))
+
+
+def test_aborted_state_round_trips(cat):
+    cat.create_topic("p", order="product(2)", partitions=2)
+    inc = cat.register_partition("p", 0, "tcp://a")
+    cat.register_partition("p", 1, "tcp://b")
+    assert cat.close_partition("p", 0, inc, upper=[(3, 1), [1, 4]], aborted=True) is True
+    p = cat.lookup("p").partition_info[0]
+    assert (p.state, p.upper, p.incarnation) == ("aborted", ((3, 1), (1, 4)), inc)
+    assert not p.alive
+    assert [t.partition_info[0].state for t in cat.topics()] == ["aborted"]
+    # stored as 'aborted' in the file, not 'closed'
+    conn = sqlite3.connect(cat.path)
+    try:
+        assert conn.execute("SELECT state FROM partitions WHERE idx = 0").fetchone() == ("aborted",)
+    finally:
+        conn.close()
+    # a wrong incarnation does not abort
+    assert cat.close_partition("p", 1, "someone-else", aborted=True) is False
+    assert cat.lookup("p").partition_info[1].state == "live"
+    # aborted is final, like closed: lookup does not wait for it to be replaced ...
+    t0 = time.monotonic()
+    assert cat.lookup("p", wait=5).partition_info[0].state == "aborted"
+    assert time.monotonic() - t0 < 2
+    # ... but a new publisher may take the partition over
+    new = cat.register_partition("p", 0, "tcp://c")
+    p = cat.lookup("p").partition_info[0]
+    assert (p.state, p.incarnation, p.upper) == ("live", new, ())
+
+
+def test_aborted_by_a_process_that_is_gone_stays_aborted(cat):
+    cat.create_topic("t")
+    inc = cat.register_partition("t", 0, "tcp://x", pid=_dead_pid())
+    assert cat.lookup("t").partition_info[0].state == "dead"
+    cat.close_partition("t", 0, inc, upper=[2], aborted=True)
+    assert cat.lookup("t").partition_info[0].state == "aborted"
+
+
+def test_topics_command_shows_aborted(cat):
+    from typer.testing import CliRunner
+
+    from epochstream.cli import app
+
+    cat.create_topic("t", partitions=2)
+    inc = cat.register_partition("t", 0, "tcp://127.0.0.1:7100")
+    cat.register_partition("t", 1, "tcp://127.0.0.1:7101")
+    cat.close_partition("t", 0, inc, upper=[1], aborted=True)
+    result = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}).invoke(
+        app, ["topics", "--catalog", str(cat.path)])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if "tcp://127.0.0.1:71" in line]
+    assert len(rows) == 2 and "aborted" in rows[0] and "live" in rows[1]
+
+
+def test_record_upper_in_threads_and_a_forked_child(cat):
+    """record_upper keeps one connection per thread, and a fresh one in a forked child."""
+    cat.create_topic("t", partitions=4)
+    incs = [cat.register_partition("t", i, f"tcp://h:{i}") for i in range(4)]
+    cat.record_upper("t", 0, incs[0], [1])  # opens this thread's connection before the fork
+    errors = []
+
+    def work(i):
+        try:
+            for k in range(50):
+                assert cat.record_upper("t", i, incs[i], [k])
+        except Exception as e:  # collected and asserted on below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in (1, 2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    inherited = cat._local.conn
+    pid = os.fork()  # no other thread of this test is running now
+    if pid == 0:  # child: must open its own connection, never use the parent's
+        code = 1
+        try:
+            code = 0 if cat.record_upper("t", 3, incs[3], [77]) else 2
+            if cat._local.conn is inherited:
+                code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert cat.record_upper("t", 0, incs[0], [2])  # the parent's connection still works
+    assert [p.upper for p in cat.lookup("t").partition_info] == [(2,), (49,), (49,), (77,)]

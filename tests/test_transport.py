@@ -90,7 +90,7 @@ def test_malformed_frames_do_not_kill_the_publisher():
         bad.connect(pub.endpoint)
         bad.send_multipart([b"??"])
         bad.send_multipart([wire.HELLO, b"\xc1"])
-        bad.send_multipart(wire.encode_control(wire.HELLO, topic="other", partition=0))
+        bad.send_multipart(wire.encode_control(wire.HELLO, topic="other", partition=0, id="x"))
         notices = []
         for _ in range(3):
             assert bad.poll(5000)
