@@ -103,10 +103,13 @@ def test_rejoin_never_delivers_an_epoch_with_one_partition_only():
 
         th = threading.Thread(target=consume, daemon=True)
         th.start()
-        deadline = time.monotonic() + 20
+        t0 = time.monotonic()
+        deadline = t0 + 20
         while not gaps and time.monotonic() < deadline:
             time.sleep(0.01)
         assert gaps, "the subscriber did not re-join"
+        print(f"evicted subscriber re-joined; Gap seen {time.monotonic() - t0:.2f} s after it "
+              f"started reading again")
         p0.send(5, [("p0", "after")])  # data at 5 after the re-join: must be filtered
         p0.send(6, [("p0", 6)])
         p1.send(6, [("p1", 6)])
@@ -237,6 +240,8 @@ def test_byte_bound_applies_to_credit_subscribers():
         time.sleep(2.0)
         per_msg = len(wire.codec("msgpack").encode(list(range(size))))
         bound = 300_000 // per_msg + 1 + 4 + 2 + 8  # backlog + queued commands + credit + pipes
+        print(f"credit peer reading nothing: {sent[0]} messages of {per_msg} B accepted "
+              f"(bound {bound})")
         assert sent[0] <= bound, f"{sent[0]} messages accepted with a {300_000} byte bound"
     finally:
         peer.close(0)
@@ -258,6 +263,7 @@ def test_hung_credit_peer_is_evicted_after_credit_timeout_and_others_are_served(
                 pub.send(t, [t])
                 pub.advance_to(t + 1)
             elapsed = time.monotonic() - t0
+            print(f"hung credit peer: 60 epochs took {elapsed:.2f} s (credit_timeout 1.0 s)")
             assert 0.8 < elapsed < 10, elapsed
             assert pub.stats["subscribers_evicted"] == 1
             times = [e.time for e, _ in zip(good.epochs(timeout=10), range(59))]
@@ -318,8 +324,13 @@ def test_recovering_subscriber_rejoins_a_new_incarnation_after_an_abort(tmp_path
     th.start()
     time.sleep(0.5)
     pub2 = Publisher("t", catalog=cat, heartbeat_interval=0.2, start=1)
+    registered = time.monotonic()
     try:
-        time.sleep(1.0)
+        while not any(isinstance(x, Gap) for x in out) and time.monotonic() - registered < 10:
+            time.sleep(0.01)
+        print(f"aborted partition: re-joined the successor {time.monotonic() - registered:.2f} s "
+              f"after it registered")
+        time.sleep(0.3)
         pub2.send(1, ["whole-1"])
         pub2.send(2, ["whole-2"])
         pub2.advance_to(3)

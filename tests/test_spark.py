@@ -210,3 +210,32 @@ def test_demo_three_days(spark):
     from epochstream.demo import main
 
     assert main(days=3) == 0
+
+
+def test_exception_inside_the_host_aborts_its_publishers(tmp_path):
+    """An exception leaving ``with SparkPublisherHost`` must not complete the open epoch: the
+    subscriber gets PublisherAborted after the committed epoch 0, the catalog says aborted."""
+    import datetime as dt
+
+    from epochstream.errors import PublisherAborted
+
+    cat = Catalog(tmp_path / "cat")
+    got = []
+    with pytest.raises(RuntimeError, match="driver failed"):
+        with SparkPublisherHost(TOPIC, partitions=1, catalog=cat) as host:
+            sub = Subscriber(TOPIC, catalog=cat, timeout=10)
+            assert sub.wait_ready(10)
+            ep = host.ingest_endpoints[0]
+            writer = EpochstreamStreamWriter({"topic": TOPIC, "catalog": host.catalog_path})
+            _stage(ep, "run-a", 0, 1, [_table(3, dt.date(2013, 1, 1))])
+            writer.commit([EpochstreamCommitMessage(
+                query_id="q", run_id="run-a", epoch=0, partition=0, topic_partition=0,
+                task_attempt_id=1, attempt_number=0, rows=3, batches=1)], 0)
+            assert host.wait_epoch(0, 10)
+            raise RuntimeError("driver failed")
+    with pytest.raises(PublisherAborted):
+        for epoch in sub.epochs(timeout=10):
+            got.append(epoch.time)
+    sub.close()
+    assert got == [0]
+    assert [p.state for p in cat.lookup(TOPIC).partition_info] == ["aborted"]
