@@ -47,9 +47,10 @@ from typing import Any, Iterable, Sequence
 
 from sortedcontainers import SortedKeyList, SortedList
 
+from .errors import ProtocolError
 from .order import TotalOrder, linear_extension, sort_key
 
-__all__ = ["Antichain", "MutableAntichain"]
+__all__ = ["Antichain", "MutableAntichain", "apply_changes"]
 
 
 class Antichain:
@@ -306,3 +307,27 @@ class _PlainSet:
     def __getitem__(self, i):  # pragma: no cover - only the total order indexes
         return linear_extension(self.order, self.items)[i]
 
+
+
+def apply_changes(frontier: dict, changes: Iterable[tuple[Any, int]], *, strict: bool = False) -> None:
+    """Apply net frontier changes ``[(t, +1 | -1), ...]`` (what :meth:`MutableAntichain.update_iter`
+    returns, or a :class:`~epochstream.events.LowerFrontierUpdate`'s ``updates``) to ``frontier``,
+    a ``dict`` used as an insertion-ordered set of its elements (``{t: True}``). A positive
+    delta adds ``t``, a non-positive one removes it. ``strict``: raise
+    :class:`~epochstream.errors.ProtocolError` for adding an element already present or removing
+    one that is absent (``frontier`` may then be partly updated: callers that need atomicity
+    validate first). Cost: O(1) per change.
+
+    >>> f = {0: True}
+    >>> apply_changes(f, [(0, -1), (1, 1)]); list(f)
+    [1]
+    """
+    for t, d in changes:
+        if d > 0:
+            if strict and t in frontier:
+                raise ProtocolError(f"frontier change adds {t!r}, which is already an element")
+            frontier[t] = True
+        elif t in frontier:
+            del frontier[t]
+        elif strict:
+            raise ProtocolError(f"frontier change removes {t!r}, which is not an element")

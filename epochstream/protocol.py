@@ -3,15 +3,9 @@
 Follows the Strymon pubsub protocol (strymon_job, "Protocol Messages", "Publisher Logic",
 "Subscriber Logic") with the frontier algebra of timely-dataflow (``progress/frontier.rs``).
 
-Messages (frozen dataclasses; times are ``int`` for :data:`~epochstream.order.TOTAL` or tuples
-for :func:`~epochstream.order.product`):
-
-- :class:`InitialFrontierSnapshot` ``(lower: tuple[T, ...], upper: tuple[T, ...])`` — the first
-  message a new subscriber gets from a partition.
-- :class:`LowerFrontierUpdate` ``(updates: tuple[tuple[T, int], ...])`` — net changes of a lower
-  frontier, each ``(t, +1)`` or ``(t, -1)``.
-- :class:`DataMessage` ``(time: T, data)`` — one batch of records at one time. ``data`` is opaque
-  to the protocol (a list of records, an Arrow batch, or still-encoded bytes).
+The messages (:class:`InitialFrontierSnapshot`, :class:`LowerFrontierUpdate`,
+:class:`DataMessage`) and the :class:`Epoch` it releases are defined in :mod:`epochstream.events`
+(importable from here too).
 
 State machines:
 
@@ -34,62 +28,14 @@ subscription) — lets the tail of an epoch through without its head.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .errors import ProtocolError
-from .frontier import Antichain, MutableAntichain
-from .order import check_time, dual, linear_extension
+from .events import DataMessage, Epoch, InitialFrontierSnapshot, LowerFrontierUpdate
+from .frontier import Antichain, MutableAntichain, apply_changes
+from .order import dual, linear_extension
 
-__all__ = ["InitialFrontierSnapshot", "LowerFrontierUpdate", "DataMessage", "Epoch",
-           "PublisherProtocol", "SubscriberProtocol", "EpochAssembler"]
-
-
-@dataclass(frozen=True, slots=True)
-class InitialFrontierSnapshot:
-    """Both frontiers of a partition at the moment a subscriber joined.
-
-    ``lower``: tuple of times (minimal times that may still occur); ``upper``: tuple of times
-    (maximal times seen in data so far)."""
-
-    lower: tuple
-    upper: tuple
-
-
-@dataclass(frozen=True, slots=True)
-class LowerFrontierUpdate:
-    """Net changes of a lower frontier: a tuple of ``(time, +1 | -1)`` pairs."""
-
-    updates: tuple
-
-
-@dataclass(frozen=True, slots=True)
-class DataMessage:
-    """A batch of records at one logical ``time``. ``data`` is opaque to the protocol."""
-
-    time: Any
-    data: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Epoch:
-    """All records of one time, released once the merged lower frontier has passed it.
-
-    ``time``: the epoch's time; ``records``: the combined payloads (a list for list payloads, or
-    whatever the assembler's ``combine`` returns, e.g. a ``pyarrow.Table``); ``messages``: number
-    of data messages combined; ``nbytes``: payload bytes as reported by the caller;
-    ``first_seen`` / ``released_at``: caller-supplied clock readings (seconds, e.g.
-    ``time.time()``) of the first data message and of the release, or ``None``."""
-
-    time: Any
-    records: Any
-    messages: int = 0
-    nbytes: int = 0
-    first_seen: float | None = None
-    released_at: float | None = None
-
-    def __len__(self) -> int:
-        return len(self.records)
+__all__ = ["PublisherProtocol", "SubscriberProtocol", "EpochAssembler"]
 
 
 class PublisherProtocol:
@@ -343,7 +289,7 @@ class SubscriberProtocol:
                 return False
         return True
 
-    def deliver(self, time, data) -> list:
+    def deliver(self, time, data, nbytes: int = 0) -> list:
         """Fast path for a data message at an already normalised ``time`` that the caller has
         checked with :meth:`passes` (once ready): validates it against the merged lower frontier
         and returns ``[DataMessage(time, data)]``. Raises :class:`ProtocolError` like
@@ -351,7 +297,7 @@ class SubscriberProtocol:
         if not self._lower.less_equal(time):
             raise ProtocolError(
                 f"data at time {time!r} is behind the merged lower frontier {list(self.lower)!r}")
-        return [DataMessage(time, data)]
+        return [DataMessage(time, data, nbytes)]
 
     # -- input -----------------------------------------------------------------------------
     def receive(self, partition: int, message) -> list:
@@ -408,7 +354,7 @@ class SubscriberProtocol:
             if self._check is not None:
                 t = self._check(t)
                 if t != message.time or type(t) is not type(message.time):
-                    message = DataMessage(t, message.data)
+                    message = DataMessage(t, message.data, message.nbytes)
             if self._filter:
                 le = self._le
                 for f in self._filter:
@@ -495,16 +441,7 @@ class EpochAssembler:
         """Apply merged frontier changes; return the epochs this completes, in a linear extension
         of the order. Raises :class:`ProtocolError` for a change that removes an element that is
         not in the frontier or adds one twice."""
-        fr = self._frontier
-        for t, d in update.updates:
-            if d > 0:
-                if t in fr:
-                    raise ProtocolError(f"frontier change adds {t!r}, which is already an element")
-                fr[t] = True
-            else:
-                if t not in fr:
-                    raise ProtocolError(f"frontier change removes {t!r}, which is not an element")
-                del fr[t]
+        apply_changes(self._frontier, update.updates, strict=True)
         return self._release(now)
 
     def _release(self, now) -> list[Epoch]:

@@ -7,6 +7,7 @@ import zmq
 
 from epochstream import wire
 from epochstream.errors import ProtocolError, PublisherLost, SubscriberLagged
+from epochstream.events import DataMessage
 from epochstream.order import product
 from epochstream.transport import Publisher, Subscriber
 
@@ -59,12 +60,25 @@ def test_events_api_yields_data_and_frontier():
             pub.send((0, 1), [1, 2])
             pub.progress([((1, 0), 1), ((0, 0), -1)])
             pub.close()
-            kinds = []
-            for msg, nbytes in sub.events(timeout=5):
-                kinds.append(type(msg).__name__)
+            events = list(sub.events(timeout=5))
+            kinds = [type(e).__name__ for e in events]
             assert kinds[0] == "LowerFrontierUpdate"  # the initial merged frontier
             assert "DataMessage" in kinds and kinds[-1] == "LowerFrontierUpdate"
+            data = next(e for e in events if isinstance(e, DataMessage))
+            assert (data.time, list(data.data)) == ((0, 1), [1, 2]) and data.nbytes > 0
             assert sub.lower == ()
+
+
+def test_events_as_pairs_still_work_with_a_deprecation_warning():
+    with Publisher("t") as pub:
+        with Subscriber("t", endpoints=[pub.endpoint]) as sub:
+            assert sub.wait_ready(5)
+            pub.send(0, [1, 2])
+            pub.close()
+            with pytest.warns(DeprecationWarning, match="event.nbytes"):
+                pairs = [(msg, nbytes) for msg, nbytes in sub.events(timeout=5)]
+            data = [(m, n) for m, n in pairs if isinstance(m, DataMessage)]
+            assert data and data[0][1] == data[0][0].nbytes > 0
 
 
 def test_publisher_errors_are_raised_to_caller_and_stream_survives():

@@ -1,0 +1,91 @@
+"""The hand-off from a publisher's calling threads to its loop thread.
+
+Commands go into a deque; the loop is woken by one byte over an ``inproc`` pipe per batch of
+commands (not per command). A caller blocks while ``hwm`` commands are waiting (back-pressure,
+never loss). The wake-up flag is cleared by the loop only after it consumed the wake-up bytes
+and before it drains the deque, so a command appended in between always kicks again (no lost
+wake-up). End-of-stream commands (:meth:`Handoff.put_final`) never wait for space, so ``close()``
+and ``abort()`` are never stuck behind flow control.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Callable
+
+import zmq
+
+from .sockets import inproc_pair
+
+__all__ = ["Handoff"]
+
+
+class Handoff:
+    """``Handoff(ctx, hwm, loop_alive)``: ``hwm`` commands may wait before :meth:`put` blocks;
+    ``loop_alive()`` tells whether the consuming loop still runs. :attr:`socket` is what the loop
+    polls for wake-ups; :attr:`commands` the deque it drains."""
+
+    def __init__(self, ctx: zmq.Context, hwm: int, loop_alive: Callable[[], bool]):
+        self.socket, self._kick = inproc_pair(ctx)
+        self.commands: collections.deque = collections.deque()
+        self.hwm = int(hwm)
+        self._alive = loop_alive
+        self._kicked = False
+        self._space = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    def put(self, command: tuple) -> bool:
+        """Append ``command`` (blocking while ``hwm`` are waiting and the loop is alive).
+        Returns False, appending nothing, if the loop has ended."""
+        if len(self.commands) >= self.hwm:
+            with self._space:
+                self._waiting += 1
+                try:
+                    while len(self.commands) >= self.hwm and self._alive():
+                        self._space.wait(0.5)
+                finally:
+                    self._waiting -= 1
+        if not self._alive():
+            return False
+        self._append(command)
+        return True
+
+    def put_final(self, command: tuple) -> None:
+        """Append an end-of-stream command without waiting for space (at most a few exist)."""
+        self._append(command)
+
+    def _append(self, command: tuple) -> None:
+        self.commands.append(command)
+        if not self._kicked and self._alive():
+            self._kicked = True
+            self._kick.send(b"K")
+
+    # -- loop side -------------------------------------------------------------------------
+    def woken(self) -> None:
+        """Consume the wake-up bytes, then re-arm the wake-up (call before draining)."""
+        while True:
+            try:
+                self.socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        self._kicked = False
+
+    def made_space(self) -> None:
+        """Wake callers blocked in :meth:`put` (after the loop drained commands)."""
+        if self._waiting:
+            with self._space:
+                self._space.notify_all()
+
+    def ended(self) -> list:
+        """The loop ended: wake every blocked caller; return the commands left undone."""
+        left = list(self.commands)
+        self.commands.clear()
+        with self._space:
+            self._space.notify_all()
+        return left
+
+    def close(self) -> None:
+        """Close both ends of the wake-up pipe."""
+        self._kick.close(0)
+        self.socket.close(0)

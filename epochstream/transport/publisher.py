@@ -1,0 +1,598 @@
+"""The publisher of one partition (Strymon "Publisher Logic") over a ZeroMQ ROUTER.
+
+Two threads. The calling thread validates each call against its own
+:class:`~epochstream.protocol.PublisherProtocol` (errors are raised right there, nothing is sent)
+and hands encoded frames to the loop through a :class:`~epochstream.transport.handoff.Handoff`.
+The loop thread owns the ROUTER: it is the only place where subscribers are registered and
+messages are sent, so a new subscriber's snapshot is taken and the subscriber registered in one
+step — every later message reaches it, no earlier one does (Strymon's "new subscriber connects").
+Who gets what is decided by the pure :class:`~epochstream.transport.fanout.Fanout` policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time as _time
+import uuid
+
+import zmq
+
+from .. import wire
+from ..catalog import Catalog
+from ..errors import EpochstreamError, ProtocolError
+from ..events import InitialFrontierSnapshot, LowerFrontierUpdate
+from ..frontier import Antichain, apply_changes
+from ..order import TIME_MIN, TOTAL, by_name, check_time, dual
+from ..protocol import PublisherProtocol
+from .fanout import Fanout
+from .handoff import Handoff
+from .sockets import SENT, bind_router, transmit_to
+
+__all__ = ["Publisher"]
+
+log = logging.getLogger("epochstream.transport")
+
+# loop commands (caller thread -> loop thread): (kind, argument, frames)
+_DATA, _FRONTIER, _SYNC, _ABORT, _STOP = "data", "frontier", "sync", "abort", "stop"
+
+
+def inherited_upper(catalog: Catalog | None, topic: str, partition: int, order, start) -> tuple:
+    """The upper frontier a publisher starting at ``start`` must announce (see ``Publisher``'s
+    ``start``): what the catalog recorded for the partition, plus ``start - 1`` for a total
+    order. Empty for a fresh stream (``start`` is ``None`` or the minimum: every time is
+    re-sent). Raises :class:`ProtocolError` when nothing safe can be derived."""
+    if start is None:
+        return ()
+    start = check_time(order, start)
+    if start == order.minimum:
+        return ()
+    recorded = None
+    if catalog is not None:
+        try:
+            info = catalog.lookup(topic)
+        except EpochstreamError:
+            info = None
+        if info is not None and info.order_name == getattr(order, "name", None):
+            p = next((x for x in info.partition_info if x.index == partition), None)
+            recorded = None if p is None else tuple(p.upper)
+    if getattr(order, "name", None) == "total":
+        return tuple({*(recorded or ()), start - 1}) if start > TIME_MIN else tuple(recorded or ())
+    if recorded is None:
+        raise ProtocolError(
+            f"publisher {topic}/{partition}: start={start!r} skips times an earlier incarnation "
+            f"may have begun, and no catalog records its upper frontier; a restart past the "
+            f"minimum needs the catalog the earlier incarnation registered in")
+    return recorded
+
+
+class Publisher:
+    """One partition of a topic (Strymon "Publisher Logic").
+
+    Parameters
+    ----------
+    topic, partition:
+        the topic name and this partition's index (``0 <= partition < partitions``).
+    order:
+        the topic's time order (:data:`~epochstream.order.TOTAL`, ``product(n)``, or a name).
+    codec:
+        payload codec name, ``"msgpack"`` or ``"arrow"`` (see :mod:`epochstream.wire`).
+    endpoint:
+        where to bind, e.g. ``"tcp://127.0.0.1:*"`` (a free port) or ``"tcp://0.0.0.0:7000"``;
+        :attr:`endpoint` gives the bound address.
+    catalog:
+        a :class:`~epochstream.catalog.Catalog` (or ``None``): the topic is created there if
+        needed and this partition registered (``ingest`` is recorded with it); the upper
+        frontier is recorded there before data at a new maximal time is sent; :meth:`close`
+        marks it closed (:meth:`abort`: aborted) with the final upper frontier.
+    heartbeat_interval:
+        seconds of idleness after which a heartbeat (with the lower frontier) is broadcast; also
+        the ZMTP heartbeat interval and the probing interval.
+    sndhwm:
+        per-subscriber ZeroMQ send high-water mark (messages).
+    max_queue_messages, max_queue_bytes:
+        bound on a subscriber's backlog beyond its ZeroMQ pipe; past it the subscriber is
+        evicted with a ``lagged`` notice (a flow-controlled one holds the producer back instead).
+    queue_hwm:
+        how many calls the caller may be ahead of the loop before calls block.
+    start:
+        the initial capability (default ``order.minimum``): a restarted publisher resumes at the
+        first epoch it has not completed. A publisher that starts past the minimum skips times
+        its predecessor may have begun, so it must announce their upper frontier: it inherits
+        the upper frontier the catalog recorded for this partition (every earlier incarnation
+        recorded its own before sending data at a new maximal time). Without a recorded one, a
+        total order uses ``start - 1``; any other order raises :class:`ProtocolError` (nothing
+        could tell subscribers which epochs were begun). ``start=None`` starts a fresh stream.
+    strict:
+        timely's capability rules for a single upstream (see
+        :class:`~epochstream.protocol.PublisherProtocol`): never release a capability not held,
+        never mint one that is not ``>=`` a held one.
+    coalesce_bytes:
+        batching without linger (Kafka's producer batching with ``linger.ms=0``): when the loop
+        finds several data calls for the same time already queued, it sends them as one message
+        of up to this many payload bytes (msgpack only: the arrays are concatenated without
+        decoding). Nothing waits for a batch to fill; 0 disables it.
+    credit_timeout:
+        seconds a flow-controlled subscriber may grant no credit while it holds the producer
+        back (its backlog full) before it is evicted with a ``lagged`` notice (default 30 s, as
+        NATS JetStream's default ``ack_wait``), so one hung consumer cannot stop a topic.
+
+    Flow control: a subscriber that opens with credit (``Subscriber(credit=N)``) is sent at most
+    its granted ``D``/``F`` messages; beyond that its messages wait in its backlog, and when that
+    backlog reaches ``max_queue_messages`` or ``max_queue_bytes`` the loop stops taking new
+    calls, so :meth:`send` blocks (back-pressure) instead of the subscriber being evicted — for
+    up to ``credit_timeout`` seconds without a grant. Peers that are sent nothing are probed
+    with a heartbeat every ``heartbeat_interval``, so a dead one is freed within about
+    ``3 * heartbeat_interval`` (the ZMTP heartbeat timeout).
+
+    Ending: :meth:`close` (or leaving a ``with`` block normally) releases every capability, so
+    every open epoch completes. An exception leaving the ``with`` block (``KeyboardInterrupt``
+    too) calls :meth:`abort` instead: open epochs never complete, subscribers raise
+    :class:`~epochstream.errors.PublisherAborted`, the catalog marks the partition ``aborted``.
+
+    Raises :class:`~epochstream.errors.ProtocolError` from :meth:`send`, :meth:`progress` and
+    :meth:`advance_to` for invalid input (state unchanged, nothing sent), and from any call once
+    the publisher is closed or its loop died; ``zmq.ZMQError`` if the endpoint cannot be bound;
+    :class:`~epochstream.errors.PartitionHeld` if a live publisher holds the partition.
+    """
+
+    def __init__(self, topic: str, partition: int = 0, *, order=TOTAL, codec: str = "msgpack",
+                 endpoint: str = "tcp://127.0.0.1:*", catalog: Catalog | None = None,
+                 partitions: int = 1, schema: str | None = None, ingest: str | None = None,
+                 heartbeat_interval: float = 1.0, sndhwm: int = 1000,
+                 max_queue_messages: int = 100_000, max_queue_bytes: int = 256 << 20,
+                 queue_hwm: int = 1000, start=None, strict: bool = True,
+                 coalesce_bytes: int = 64 << 10, credit_timeout: float = 30.0,
+                 context: zmq.Context | None = None):
+        if isinstance(order, str):
+            order = by_name(order)
+        if not isinstance(partition, int) or not 0 <= partition < partitions:
+            raise ValueError(f"partition {partition!r} out of range 0..{partitions - 1}")
+        self.topic, self.partition, self.partitions, self.order = topic, partition, partitions, order
+        self.codec = wire.codec(codec)
+        self.heartbeat_interval = float(heartbeat_interval)
+        self.coalesce_bytes = int(coalesce_bytes) if self.codec.name == "msgpack" else 0
+        self.incarnation = uuid.uuid4().hex
+        self._catalog = catalog
+        upper = inherited_upper(catalog, topic, partition, order, start)
+        self._protocol = PublisherProtocol(order, start=start, upper=upper, strict=strict)
+        self._last_time, self._last_header = object(), b""  # header of the last data time
+        self._lock = threading.Lock()
+        self._closed = False
+        self._aborted: str | None = None  # the reason, once abort() ran
+        self._loop_error: BaseException | None = None
+        self._closer: threading.Thread | None = None
+        self._ctx = context or zmq.Context.instance()
+        self._router = bind_router(self._ctx, endpoint, sndhwm=sndhwm,
+                                   heartbeat_interval=self.heartbeat_interval)
+        self.endpoint: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._transmit = transmit_to(self._router)
+        self._handoff = Handoff(self._ctx, queue_hwm, lambda: self._thread.is_alive())
+        self._fanout = Fanout(f"{topic!r} partition {partition}", partition,
+                              max_messages=max_queue_messages, max_bytes=max_queue_bytes,
+                              credit_timeout=credit_timeout)
+        self.stats = self._fanout.stats
+        # the loop's own copies of the frontiers (what it has sent): snapshots read these
+        self._loop_lower: dict = dict.fromkeys(self._protocol.lower, True)
+        self._loop_upper = Antichain(dual(order), self._protocol.upper)
+        self._loop_aborted: list | None = None  # the X aborted notice, once the loop aborted
+        self._last_broadcast = self._last_probe = _time.monotonic()
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"epochstream-pub-{topic}-{partition}")
+        self._register(schema, ingest)
+        self._thread.start()
+
+    def _register(self, schema: str | None, ingest: str | None) -> None:
+        if self._catalog is None:
+            return
+        try:
+            self._catalog.create_topic(self.topic, order=self.order, codec=self.codec.name,
+                                       partitions=self.partitions, schema=schema)
+            self.incarnation = self._catalog.register_partition(
+                self.topic, self.partition, self.endpoint, ingest=ingest,
+                incarnation=self.incarnation, upper=list(self._protocol.upper))
+        except BaseException:
+            self._close_sockets()
+            raise
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def max_queue_messages(self) -> int:
+        """Backlog bound per subscriber, messages."""
+        return self._fanout.max_messages
+
+    @property
+    def max_queue_bytes(self) -> int:
+        """Backlog bound per subscriber, bytes."""
+        return self._fanout.max_bytes
+
+    @property
+    def credit_timeout(self) -> float:
+        """Seconds a flow-controlled subscriber may hold the producer back without a grant."""
+        return self._fanout.credit_timeout
+
+    @property
+    def queue_hwm(self) -> int:
+        """Calls the caller may be ahead of the loop before calls block."""
+        return self._handoff.hwm
+
+    @property
+    def lower(self) -> tuple:
+        """The lower frontier's elements (capabilities held), as of the calls made so far."""
+        return self._protocol.lower
+
+    @property
+    def upper(self) -> tuple:
+        """The upper frontier's elements (maximal times sent so far)."""
+        return self._protocol.upper
+
+    @property
+    def subscribers(self) -> int:
+        """Number of subscribers currently registered (approximate: read from another thread)."""
+        return self._fanout.registered()
+
+    # -- calls -----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._loop_error is not None:
+            raise ProtocolError(f"publisher {self.topic}/{self.partition}: its loop died "
+                                f"({self._loop_error!r}); nothing more can be sent")
+        if self._closed:
+            state = f"aborted ({self._aborted})" if self._aborted is not None else "closed"
+            raise ProtocolError(f"publisher {self.topic}/{self.partition} is {state}")
+
+    def send(self, time, records) -> None:
+        """Publish ``records`` at ``time``: encoded with the topic's codec (a list or tuple of
+        records for msgpack; a ``pyarrow.RecordBatch``/``Table`` or list of dicts for arrow).
+
+        Raises :class:`ProtocolError` if ``time`` has the wrong shape or no capability ``<= time``
+        is held; :class:`WireError` if the records are not a sequence of records or the codec
+        cannot encode them. Nothing is sent and no state changes when it raises."""
+        self.send_encoded(time, self.codec.encode(records))
+
+    def send_encoded(self, time, payload) -> None:
+        """Publish an already-encoded payload (bytes-like, in the topic's codec) at ``time``.
+        With a catalog, a time that grows the upper frontier is recorded there first (one
+        write per new maximal time), so a restarted incarnation can announce it."""
+        with self._lock:
+            self._check_open()
+            protocol = self._protocol
+            t = protocol.check_data(time)
+            if t != self._last_time or type(t) is not type(self._last_time):
+                header = wire.encode_time(t)  # may raise: before any state changes
+                if self._catalog is not None and protocol.extends_upper(t):
+                    self._record_upper(t)
+                self._last_time, self._last_header = t, header
+            protocol.accept(t)
+            self._enqueue((_DATA, t, [wire.DATA, self._last_header, payload]))
+
+    def _record_upper(self, t) -> None:
+        """Persist the upper frontier grown by ``t`` in the catalog before data at ``t`` leaves
+        the process (see ``start``). Raises if the catalog refuses (nothing is sent then)."""
+        upper = Antichain(dual(self.order), self._protocol.upper)
+        upper.insert(t)
+        if not self._catalog.record_upper(self.topic, self.partition, self.incarnation,
+                                          list(upper.elements)):
+            raise ProtocolError(f"publisher {self.topic}/{self.partition}: the catalog no longer "
+                                f"lists this incarnation ({self.incarnation}); another publisher "
+                                f"took the partition over or the topic was dropped")
+
+    def progress(self, updates) -> LowerFrontierUpdate | None:
+        """Apply timely progress updates ``[(time, delta), ...]`` to the lower frontier and
+        broadcast its net change. Returns the change, or ``None`` when the frontier did not move.
+        Raises :class:`ProtocolError` for malformed updates, releasing a capability not held or
+        minting one not ``>=`` a held one (nothing applied, see ``strict``)."""
+        with self._lock:
+            self._check_open()
+            msg = self._protocol.progress(updates)
+            if msg is not None:
+                self._enqueue((_FRONTIER, msg, wire.encode_frontier(msg)))
+            return msg
+
+    def advance_to(self, time) -> LowerFrontierUpdate | None:
+        """Downgrade the held capabilities to ``time`` (timely ``InputHandle::advance_to``):
+        every epoch ``< time`` may complete. The capability starts at ``start`` (default
+        ``order.minimum``). Raises :class:`ProtocolError` (state unchanged) if some held
+        capability is not ``<= time``."""
+        with self._lock:
+            self._check_open()
+            msg = self._protocol.advance_to(time)
+            if msg is not None:
+                self._enqueue((_FRONTIER, msg, wire.encode_frontier(msg)))
+            return msg
+
+    def _enqueue(self, command: tuple) -> None:
+        """Hand a command to the loop (caller holds ``self._lock``); raises if the loop died."""
+        if not self._handoff.put(command):
+            self._loop_error = self._loop_error or RuntimeError("publisher loop ended")
+            self._check_open()
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Block until the loop has handled every call made before (not until subscribers read
+        it). Returns False on timeout (seconds)."""
+        ev = threading.Event()
+        with self._lock:
+            if not self._thread.is_alive() or self._closed:
+                return True if not self._closed else self.join(timeout)
+            self._enqueue((_SYNC, ev, None))
+        return ev.wait(timeout)
+
+    # -- ending ----------------------------------------------------------------------------
+    def close(self, linger: float = 10.0, wait: bool = False) -> None:
+        """Release every capability (the lower frontier becomes empty, so every open epoch
+        completes and subscribers finish) and mark the partition closed in the catalog with its
+        final upper frontier. Returns at once; the loop keeps delivering until every subscriber
+        has acknowledged the end of the stream (a subscriber says ``bye`` when a partition's
+        frontier becomes empty) or is found gone, for up to ``linger`` seconds, then closes its
+        sockets. That wait runs in a non-daemon thread, so the interpreter does not exit before
+        it ends (like ``zmq_ctx_term`` with ``ZMQ_LINGER``). ``wait=True`` (or :meth:`join`)
+        blocks until it ended. A subscriber that did not read to the end within ``linger``
+        misses it and reports :class:`~epochstream.errors.PublisherLost`. Idempotent; after
+        :meth:`abort` it does nothing."""
+        self._end(None, linger, wait)
+
+    def abort(self, reason: str = "aborted", linger: float = 10.0, wait: bool = False) -> None:
+        """End abnormally: keep every capability (open epochs never complete), tell every
+        subscriber with an ``X aborted`` notice (they raise
+        :class:`~epochstream.errors.PublisherAborted`, or re-join a later incarnation with
+        ``recover=True``), and mark the partition ``aborted`` in the catalog. Messages queued
+        before the abort (earlier, complete epochs) are still delivered first. ``linger`` and
+        ``wait`` as for :meth:`close`. Idempotent; after :meth:`close` it does nothing."""
+        self._end(str(reason), linger, wait)
+
+    def _end(self, abort_reason: str | None, linger: float, wait: bool) -> None:
+        with self._lock:
+            if self._closed:
+                if wait:
+                    self.join(linger + 5.0)
+                return
+            self._closed = True
+            if abort_reason is None:
+                msg = self._protocol.close()
+                if msg is not None:
+                    self._handoff.put_final((_FRONTIER, msg, wire.encode_frontier(msg)))
+            else:
+                self._aborted = abort_reason
+                log.warning("publisher %s/%s aborted: %s", self.topic, self.partition, abort_reason)
+                self._handoff.put_final((_ABORT, abort_reason, None))
+        self._mark_ended(aborted=abort_reason is not None)
+        self._handoff.put_final((_STOP, float(linger), None))
+        self._closer = threading.Thread(target=self._finish_close, args=(float(linger),),
+                                        name=f"epochstream-close-{self.topic}-{self.partition}")
+        self._closer.start()
+        if wait:
+            self.join(linger + 5.0)
+
+    def _mark_ended(self, aborted: bool) -> None:
+        if self._catalog is None:
+            return
+        try:
+            self._catalog.close_partition(self.topic, self.partition, self.incarnation,
+                                          upper=list(self._protocol.upper), aborted=aborted)
+        except Exception:  # the catalog may be gone; the stream itself ended correctly
+            log.exception("could not mark %s/%s ended in the catalog", self.topic, self.partition)
+
+    def _finish_close(self, linger: float) -> None:
+        t0 = _time.monotonic()
+        self._thread.join(linger + 5.0)
+        self._close_sockets(max(0.0, linger - (_time.monotonic() - t0)))
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until a :meth:`close` finished delivering (see there); True if it did, False on
+        timeout (seconds) or if the publisher was not closed."""
+        if self._closer is None:
+            return False
+        self._closer.join(timeout)
+        return not self._closer.is_alive()
+
+    def _close_sockets(self, linger: float = 0.0) -> None:
+        handoff = getattr(self, "_handoff", None)
+        if handoff is not None:
+            handoff.close()
+        self._router.close(int(linger * 1000))
+
+    def __enter__(self) -> "Publisher":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Normal exit: :meth:`close`. An exception (``KeyboardInterrupt`` included):
+        :meth:`abort` with the exception's repr — a half-written epoch is never completed."""
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort(f"{exc_type.__name__}: {exc}")
+
+    def __repr__(self) -> str:
+        return (f"Publisher({self.topic!r}, partition={self.partition}, endpoint={self.endpoint!r}, "
+                f"lower={list(self.lower)!r}, upper={list(self.upper)!r})")
+
+    # -- loop side -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # a bug here must not pass silently: callers raise it
+            self._loop_error = exc
+            log.exception("publisher loop %s/%s died", self.topic, self.partition)
+            raise
+        finally:
+            for kind, arg, _ in self._handoff.ended():  # nobody may wait for a flush forever
+                if kind == _SYNC:
+                    arg.set()
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        poller.register(self._handoff.socket, zmq.POLLIN)
+        blocked_poller = zmq.Poller()  # while flow control holds the producer back
+        blocked_poller.register(self._router, zmq.POLLIN)
+        commands, fanout = self._handoff.commands, self._fanout
+        stop_at = None
+        while stop_at is None or (fanout.peers and _time.monotonic() < stop_at):
+            pending = fanout.pending()
+            # Flow control holds the producer back, except once close()/abort() was called:
+            # the end of the stream is never stuck behind a consumer.
+            blocked = pending and stop_at is None and not self._closed and fanout.blocked()
+            events = dict((blocked_poller if blocked else poller).poll(
+                self._poll_timeout(pending, blocked, stop_at)))
+            if self._router in events:
+                self._handle_peers()
+            if self._handoff.socket in events:
+                self._handoff.woken()
+            if not blocked and stop_at is None and commands and self._run_commands():
+                stop_at = _time.monotonic() + self._stop_linger
+            if pending:
+                fanout.drain(self._transmit)
+            self._tick(stop_at is not None)
+
+    def _poll_timeout(self, pending: bool, blocked: bool, stop_at: float | None) -> int:
+        """Milliseconds to wait for input in this pass of the loop."""
+        if stop_at is not None:
+            return 1 if pending else 20
+        if pending:
+            return 0 if (self._handoff.commands and not blocked) else 1
+        if self._handoff.commands:
+            return 0  # commands left from the last batch: serve peers, then go on
+        due = min(self._last_broadcast, self._last_probe) + self.heartbeat_interval
+        return max(1, int((due - _time.monotonic()) * 1000))
+
+    def _tick(self, closing: bool) -> None:
+        """Heartbeats: probe peers that are sent nothing every interval; broadcast one to the
+        others when the stream was idle for an interval."""
+        now = _time.monotonic()
+        hb = self.heartbeat_interval
+        if now - self._last_probe >= hb:
+            self._last_probe = now
+            frames = wire.encode_heartbeat(list(self._loop_lower))
+            self._fanout.probe(frames, self._transmit, now, all_peers=closing)
+            self._log_evictions()
+        if now - self._last_broadcast >= hb and not closing:
+            self._last_broadcast = now
+            self._fanout.broadcast(wire.encode_heartbeat(list(self._loop_lower)), self._transmit,
+                                   now, counted=False)
+
+    def _log_evictions(self) -> None:
+        for message in self._fanout.log:
+            log.warning("%s", message)
+        self._fanout.log.clear()
+
+    def _run_commands(self, limit: int = 4096) -> bool:
+        """Run queued commands (at most ``limit``, then let the loop serve peers; fewer when a
+        flow-controlled peer's backlog fills up); True on STOP."""
+        commands, fanout, transmit = self._handoff.commands, self._fanout, self._transmit
+        now = self._last_broadcast = _time.monotonic()
+        data = 0
+        fanout.full = False
+        for _ in range(limit):
+            if not commands or fanout.full:
+                break
+            kind, arg, frames = commands.popleft()
+            if kind is _DATA:
+                self._loop_upper.insert(arg)
+                if commands and self.coalesce_bytes:
+                    frames = self._coalesce(arg, frames, now)
+                fanout.broadcast(frames, transmit, now)
+                data += 1
+            elif kind is _FRONTIER:
+                apply_changes(self._loop_lower, arg.updates)
+                fanout.broadcast(frames, transmit, now)
+            elif kind is _SYNC:
+                arg.set()
+            elif kind is _ABORT:
+                self._abort_peers(arg)
+            elif kind is _STOP:
+                self._stop_linger = arg
+                return True
+        self.stats["data_messages"] += data
+        self._handoff.made_space()
+        self._log_evictions()
+        return False
+
+    def _abort_peers(self, reason: str) -> None:
+        """Queue an ``X aborted`` notice behind each peer's backlog; later hellos and pings
+        from unknown peers get it too."""
+        self._loop_aborted = wire.encode_notice(
+            "aborted", f"publisher of {self.topic!r} partition {self.partition} aborted: {reason}",
+            partition=self.partition, incarnation=self.incarnation)
+        self._fanout.notify_all(self._loop_aborted, self._transmit)
+
+    def _coalesce(self, time, frames: list, now: float) -> list:
+        """Merge the data commands for ``time`` queued right behind ``frames`` into one message
+        (see ``coalesce_bytes``)."""
+        commands = self._handoff.commands
+        payloads = [frames[2]]
+        size = len(frames[2])
+        while commands and size < self.coalesce_bytes:
+            kind, t, nxt = commands[0]
+            if kind is not _DATA or t != time or size + len(nxt[2]) > self.coalesce_bytes:
+                break
+            commands.popleft()
+            payloads.append(nxt[2])
+            size += len(nxt[2])
+        if len(payloads) == 1:
+            return frames
+        merged = self.codec.merge(payloads)
+        if merged is None:  # a payload that is not an array: send them one by one, in order
+            for p in payloads[:-1]:
+                self._fanout.broadcast([frames[0], frames[1], p], self._transmit, now)
+            return [frames[0], frames[1], payloads[-1]]
+        self.stats["coalesced"] += len(payloads) - 1
+        return [frames[0], frames[1], merged]
+
+    def _handle_peers(self) -> None:
+        """Read up to 256 subscriber messages. Peer input never ends the loop: a message that
+        does not decode, or whose handling fails, is answered with ``X error`` and logged."""
+        for _ in range(256):
+            try:
+                frames = self._router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            ident = frames[0]
+            try:
+                kind, header = wire.decode_control(frames[1:])
+                self._control(ident, kind, header)
+            except Exception as exc:  # noqa: BLE001 - the offender is refused, the loop goes on
+                log.warning("%s/%s: bad message from subscriber %r: %r", self.topic, self.partition,
+                            ident, exc)
+                self.stats["bad_messages"] += 1
+                self._transmit(ident, wire.encode_notice("error", str(exc)))
+
+    def _control(self, ident: bytes, kind: bytes, header: dict) -> None:
+        """Act on one decoded control message (fields type-checked by
+        :func:`~epochstream.wire.decode_control`)."""
+        fanout = self._fanout
+        if kind == wire.HELLO:
+            self._hello(ident, header)
+        elif kind == wire.CREDIT:
+            if not fanout.grant(ident, header["messages"], self._transmit):
+                self._transmit(ident, wire.encode_notice(
+                    "error", "credit refused: not a registered flow-controlled subscriber"))
+        elif kind == wire.BYE:
+            fanout.leave(ident)
+        elif ident not in fanout.peers:  # a ping from a connection we do not know
+            self._transmit(ident, fanout.lagged_notice(header["id"]) or self._loop_aborted
+                           or wire.encode_notice(
+                               "rejoin", f"publisher {self.topic!r} partition {self.partition} "
+                                         f"(incarnation {self.incarnation}) does not know this "
+                                         f"subscriber", incarnation=self.incarnation,
+                               partition=self.partition))
+        # a ping from a known peer: nothing to do (ZMTP heartbeats keep the connection)
+
+    def _hello(self, ident: bytes, header: dict) -> None:
+        topic, partition = header["topic"], header["partition"]
+        if topic != self.topic or partition != self.partition:
+            msg = (f"this publisher serves {self.topic!r} partition {self.partition}, "
+                   f"not {topic!r} partition {partition!r}")
+            log.warning("%s/%s: refused hello: %s", self.topic, self.partition, msg)
+            self._transmit(ident, wire.encode_notice("error", msg))
+            return
+        if self._loop_aborted is not None:
+            self._transmit(ident, self._loop_aborted)
+            return
+        snap = InitialFrontierSnapshot(tuple(self._loop_lower), self._loop_upper.elements)
+        frames = wire.encode_snapshot(
+            snap, topic=self.topic, partition=self.partition, order=getattr(self.order, "name", ""),
+            codec=self.codec.name, incarnation=self.incarnation, heartbeat=self.heartbeat_interval)
+        self._fanout.leave(ident)
+        if self._transmit(ident, frames) == SENT:
+            self._fanout.join(ident, header.get("credit"), header["id"])
+        else:
+            log.warning("%s/%s: could not send a snapshot to %r", self.topic, self.partition, ident)

@@ -1,0 +1,101 @@
+"""Every ZeroMQ socket the transport opens, with its options (see docs/protocol.md §3).
+
+- :func:`bind_router` — a publisher's ROUTER: ``ROUTER_MANDATORY`` (a send to a vanished peer
+  fails with ``EHOSTUNREACH`` instead of being dropped), explicit high-water marks, a small
+  ``MAXMSGSIZE`` (subscribers only send small control messages), ZMTP heartbeats with a timeout
+  of three intervals (libzmq ``zmq_setsockopt(3)``: ``ZMQ_HEARTBEAT_IVL``/``_TIMEOUT``).
+- :func:`connect_dealer` — a subscriber's DEALER for one partition: ZMTP pings every
+  ``ping_interval`` but a one-hour ZMTP timeout, in effect none. Left unset, libzmq uses the
+  interval as the timeout, and a stalled reader never sees the publisher's PONGs (they queue
+  behind unread data), so it would drop its own connection (libzmq 4.3.5 then aborts the
+  process). A dead publisher is detected by the application heartbeat instead.
+- :func:`transmit_to` — a non-blocking send that reports :data:`SENT`, :data:`FULL` (the peer's
+  pipe is at its high-water mark) or :data:`GONE` (the peer disconnected), the three outcomes
+  the pure :mod:`~epochstream.transport.fanout` policy acts on.
+- :func:`inproc_pair` — the wake-up pipe between caller threads and a publisher's loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Callable
+
+import zmq
+
+__all__ = ["SENT", "FULL", "GONE", "bind_router", "connect_dealer", "transmit_to", "inproc_pair",
+           "SUBSCRIBER_ZMTP_TIMEOUT_MS"]
+
+#: outcomes of a non-blocking send (see :func:`transmit_to`)
+SENT, FULL, GONE = 0, 1, 2
+
+#: the subscriber's ZMTP heartbeat timeout: one hour, in effect none (see the module docstring)
+SUBSCRIBER_ZMTP_TIMEOUT_MS = 3_600_000
+
+_ids = itertools.count()
+
+
+def bind_router(ctx: zmq.Context, endpoint: str, *, sndhwm: int,
+                heartbeat_interval: float) -> zmq.Socket:
+    """A publisher's ROUTER bound to ``endpoint`` (``"tcp://127.0.0.1:*"`` picks a free port;
+    read ``LAST_ENDPOINT`` for the address). ``sndhwm``: per-peer pipe, messages;
+    ``heartbeat_interval``: seconds. Raises ``zmq.ZMQError`` if it cannot bind (the socket is
+    closed then)."""
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    router.setsockopt(zmq.SNDHWM, int(sndhwm))
+    router.setsockopt(zmq.RCVHWM, 1000)
+    router.setsockopt(zmq.MAXMSGSIZE, 1 << 16)
+    router.setsockopt(zmq.LINGER, 2000)
+    hb_ms = max(1, int(heartbeat_interval * 1000))
+    router.setsockopt(zmq.HEARTBEAT_IVL, hb_ms)
+    router.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * hb_ms)
+    try:
+        router.bind(endpoint)
+    except zmq.ZMQError:
+        router.close(0)
+        raise
+    return router
+
+
+def connect_dealer(ctx: zmq.Context, endpoint: str, *, rcvhwm: int,
+                   ping_interval: float) -> zmq.Socket:
+    """A subscriber's DEALER connected to one partition's publisher at ``endpoint``.
+    ``rcvhwm``: messages; ``ping_interval``: seconds between ZMTP pings."""
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.RCVHWM, int(rcvhwm))
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(ping_interval * 1000)))
+    s.setsockopt(zmq.HEARTBEAT_TIMEOUT, SUBSCRIBER_ZMTP_TIMEOUT_MS)
+    s.connect(endpoint)
+    return s
+
+
+def transmit_to(router: zmq.Socket) -> Callable[[bytes, list], int]:
+    """A function ``transmit(ident, frames) -> SENT | FULL | GONE`` that sends ``frames`` to the
+    peer ``ident`` of ``router`` without blocking. Other ZeroMQ errors propagate."""
+    send = router.send_multipart
+    flags = zmq.NOBLOCK
+
+    def transmit(ident: bytes, frames: list) -> int:
+        try:
+            send([ident, *frames], flags)
+            return SENT
+        except zmq.Again:
+            return FULL
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return GONE
+            raise
+
+    return transmit
+
+
+def inproc_pair(ctx: zmq.Context) -> tuple[zmq.Socket, zmq.Socket]:
+    """``(receiving end, sending end)`` of a fresh ``inproc`` PAIR pipe."""
+    addr = f"inproc://epochstream-pub-{os.getpid()}-{next(_ids)}"
+    receiving = ctx.socket(zmq.PAIR)
+    receiving.bind(addr)
+    sending = ctx.socket(zmq.PAIR)
+    sending.connect(addr)
+    return receiving, sending

@@ -1,0 +1,568 @@
+"""The subscriber of a topic: one DEALER per partition, merged by the pure
+:class:`~epochstream.protocol.SubscriberProtocol` (Strymon "Subscriber Logic"), complete epochs
+released by an :class:`~epochstream.protocol.EpochAssembler`, liveness decided by the pure
+:class:`~epochstream.transport.liveness.Liveness` policy."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import time as _time
+import uuid
+from typing import Any, Iterator
+
+import zmq
+
+from .. import wire
+from ..catalog import Catalog, PartitionInfo, TopicInfo
+from ..errors import (EpochstreamError, ProtocolError, PublisherAborted, PublisherLost,
+                      SubscriberLagged)
+from ..events import DataMessage, Epoch, Gap, InitialFrontierSnapshot, LowerFrontierUpdate
+from ..frontier import Antichain, apply_changes
+from ..order import TOTAL, by_name, dual
+from ..protocol import EpochAssembler, SubscriberProtocol
+from .liveness import Liveness
+from .sockets import connect_dealer
+
+__all__ = ["Subscriber"]
+
+log = logging.getLogger("epochstream.transport")
+
+# message kinds that spend flow-control credit (the stream proper; not S, H or X)
+_CREDITED = frozenset((wire.DATA, wire.FRONTIER))
+
+
+def _resolve_catalog(catalog) -> Catalog:
+    if catalog is None or isinstance(catalog, (str, os.PathLike)):
+        return Catalog(catalog)
+    return catalog
+
+
+class Subscriber:
+    """Subscribes to every partition of a topic and yields complete epochs (Strymon
+    "Subscriber Logic" merged across partitions).
+
+    ``Subscriber(topic, catalog=None, *, endpoints=None, order=None, codec=None, wait=10.0,
+    timeout=10.0, rcvhwm=1000, recover=False, credit=None, ping_interval=1.0)``
+
+    - with ``endpoints`` (a list, one per partition) the catalog is not used and ``order``
+      (default TOTAL) and ``codec`` (default ``"msgpack"``) must describe the topic;
+    - otherwise the topic is looked up in ``catalog`` (a :class:`~epochstream.catalog.Catalog`, a
+      path, or ``None`` for the default), waiting up to ``wait`` seconds for it to appear.
+      Partitions the catalog lists as closed contribute their final upper frontier to the filter
+      and nothing else.
+    - ``timeout``: seconds a live partition may stay silent (no data, progress or heartbeat)
+      before :class:`~epochstream.errors.PublisherLost` is raised.
+    - ``recover``: instead of raising :class:`~epochstream.errors.SubscriberLagged` (evicted),
+      :class:`~epochstream.errors.PublisherLost` for a publisher that restarted (new
+      incarnation) or :class:`~epochstream.errors.PublisherAborted` (when a new incarnation
+      appears within ``timeout``), re-join every partition with fresh snapshots and report a
+      :class:`~epochstream.events.Gap` in the stream; no partial epoch and no epoch twice.
+    - ``credit``: flow control — each publisher sends at most ``credit`` ``D``/``F`` messages
+      ahead of what this subscriber has read; it grants more as it reads. A slow but steady
+      consumer then slows the publisher down instead of being evicted.
+    - ``ping_interval``: seconds between pings to each publisher (a restarted publisher answers
+      a ping with a ``rejoin`` notice, so restarts are noticed within about this time).
+
+    Iterate :meth:`epochs` for complete :class:`~epochstream.events.Epoch` objects, or
+    :meth:`events` for delivered data (decoded) and merged frontier changes as they arrive.
+    Failures are raised by the iterators after everything that arrived before them was handed
+    out: :class:`~epochstream.errors.SubscriberLagged` (evicted),
+    :class:`~epochstream.errors.PublisherLost`, :class:`~epochstream.errors.PublisherAborted`,
+    :class:`~epochstream.errors.ProtocolError` (a publisher refused this subscriber or broke the
+    protocol); the constructor raises :class:`~epochstream.errors.TopicNotFound` for an unknown
+    topic.
+    """
+
+    def __init__(self, topic: str, catalog=None, *, endpoints=None, order=None, codec: str | None = None,
+                 wait: float = 10.0, timeout: float = 10.0, rcvhwm: int = 1000, recover: bool = False,
+                 credit: int | None = None, ping_interval: float = 1.0,
+                 context: zmq.Context | None = None):
+        if credit is not None and (not isinstance(credit, int) or credit < 2):
+            raise ValueError(f"credit must be an int >= 2 (messages), got {credit!r}")
+        self.topic = topic
+        self.timeout = float(timeout)
+        self.recover = bool(recover)
+        self.credit = credit
+        self.ping_interval = float(ping_interval)
+        self._rcvhwm = int(rcvhwm)
+        self._wait = wait
+        self._catalog: Catalog | None = None
+        self._static_endpoints = None if endpoints is None else list(endpoints)
+        info = None
+        if endpoints is None:
+            self._catalog = _resolve_catalog(catalog)
+            info = self._catalog.lookup(topic, wait=wait)
+            order, codec, n = info.order, info.codec, info.partitions
+        else:
+            order = by_name(order) if isinstance(order, str) else (order or TOTAL)
+            codec = codec or "msgpack"
+            n = len(self._static_endpoints)
+        self.order = order
+        self.codec = wire.codec(codec)
+        self.partitions = n
+        self._ctx = context or zmq.Context.instance()
+        self._check = getattr(order, "check", None)
+        self._parked: list = []  # events not yet handed out (data still encoded)
+        self._last_epoch = None
+        self._closed = False
+        self._failure: EpochstreamError | None = None  # raised once the events before it are out
+        self.id = uuid.uuid4().hex  # the same on every partition and every re-connection
+        self.gaps: list[Gap] = []
+        self.stats: collections.Counter = collections.Counter()
+        self._sockets: dict[zmq.Socket, int] = {}
+        self._by_partition: dict[int, zmq.Socket] = {}
+        self._liveness = Liveness(self.timeout, self.ping_interval)
+        self._assembler = EpochAssembler(self.order, self.codec.combine)  # state of epochs()
+        self._pending_gap: tuple | None = None  # (reason, partition, since) while re-joining
+        self._join(floor=None, info=info)
+
+    # -- joining ---------------------------------------------------------------------------
+    def _endpoints(self, info: TopicInfo | None = None) -> tuple[list, dict]:
+        """Current endpoints (``None`` for a closed partition) and closed partitions' uppers.
+        Raises :class:`PublisherLost` / :class:`PublisherAborted` for a partition that has no
+        live publisher."""
+        if self._static_endpoints is not None:
+            return list(self._static_endpoints), {}
+        if info is None:
+            info = self._catalog.lookup(self.topic, wait=self._wait)
+        by_index = {p.index: p for p in info.partition_info}
+        endpoints, closed = [], {}
+        self._catalog_incarnations: dict[int, str] = {}
+        for i in range(self.partitions):
+            p = by_index.get(i)
+            if p is None:
+                raise PublisherLost(f"topic {self.topic!r}: partition {i} has no publisher registered "
+                                    f"after waiting {self._wait} s", partition=i)
+            if p.state == "closed":
+                closed[i] = tuple(p.upper)
+                endpoints.append(None)
+                continue
+            if p.state == "dead":
+                raise PublisherLost(f"topic {self.topic!r}: the publisher of partition {i} "
+                                    f"(pid {p.pid}) is dead", partition=i)
+            if p.state == "aborted":
+                raise PublisherAborted(f"topic {self.topic!r}: the publisher of partition {i} "
+                                       f"(pid {p.pid}) aborted; its open epochs never complete",
+                                       partition=i)
+            endpoints.append(p.endpoint)
+            self._catalog_incarnations[i] = p.incarnation
+        return endpoints, closed
+
+    def _join(self, floor, info: TopicInfo | None = None) -> None:
+        self._catalog_incarnations = {}
+        endpoints, closed = self._endpoints(info)
+        self._protocol = SubscriberProtocol(self.order, self.partitions, floor=floor)
+        # filter verdicts per raw data header: valid for this join's protocol state only
+        self._time_cache: dict[bytes, Any] = {}
+        self._poller = zmq.Poller()
+        self._part_lower: dict[int, dict] = {}
+        self._incarnations: dict[int, str] = {}
+        self._unacked: dict[int, int] = {}
+        live = [i for i, ep in enumerate(endpoints) if ep is not None]
+        self._liveness.join(live, _time.monotonic())
+        for i in live:
+            s = connect_dealer(self._ctx, endpoints[i], rcvhwm=self._rcvhwm,
+                               ping_interval=self.ping_interval)
+            hello = {"topic": self.topic, "partition": i, "id": self.id}
+            if self.credit is not None:
+                hello["credit"] = self.credit
+            s.send_multipart(wire.encode_control(wire.HELLO, **hello))
+            self._sockets[s] = i
+            self._by_partition[i] = s
+            self._poller.register(s, zmq.POLLIN)
+            self._unacked[i] = 0
+        for i, upper in closed.items():
+            self._queue(self._snapshot(i, InitialFrontierSnapshot((), upper)))
+
+    def _rejoin(self, reason: str, partition: int) -> None:
+        """Drop this join (its pending epochs are incomplete), re-join every partition with
+        fresh snapshots, and report a complete :class:`Gap` once they are all in."""
+        old = self._protocol
+        since = old.lower if old.ready else (self._pending_gap[2] if self._pending_gap else ())
+        for p in list(self._by_partition):
+            self._retire_socket(p)
+        if self._pending_gap is None:
+            self._pending_gap = (reason, partition, since)
+        self.stats["rejoins"] += 1
+        log.warning("topic %r: re-joining after %s on partition %s (last complete epoch %r)",
+                    self.topic, reason, partition, self._last_epoch)
+        self._join(floor=since)
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """True once every partition's snapshot has arrived."""
+        return self._protocol.ready
+
+    @property
+    def snapshots(self) -> dict:
+        """``{partition: InitialFrontierSnapshot}`` as received."""
+        return self._protocol.snapshots
+
+    @property
+    def incarnations(self) -> dict:
+        """``{partition: incarnation id}`` of the publishers as announced in their snapshots."""
+        return dict(self._incarnations)
+
+    @property
+    def lower(self) -> tuple:
+        """The merged lower frontier (elements)."""
+        return self._protocol.lower
+
+    @property
+    def filter(self) -> tuple:
+        """The current filter's elements (empty once retired)."""
+        return self._protocol.filter
+
+    @property
+    def finished(self) -> bool:
+        """True once every partition's lower frontier is empty."""
+        return self._protocol.finished
+
+    # -- messages --------------------------------------------------------------------------
+    def _snapshot(self, partition: int, snap: InitialFrontierSnapshot) -> list:
+        self._part_lower[partition] = dict.fromkeys(snap.lower, True)
+        out = self._protocol.receive(partition, snap)
+        if self._pending_gap is not None and self._protocol.ready:
+            reason, culprit, since = self._pending_gap
+            self._pending_gap = None
+            uppers = Antichain(dual(self.order))
+            for s in self._protocol.snapshots.values():
+                uppers.extend(s.upper)
+            gap = Gap(reason, culprit, self._last_epoch, tuple(since), self._protocol.lower,
+                      uppers.elements, self.order)
+            self.gaps.append(gap)
+            out = [gap, *out]
+        if not snap.lower:
+            self._retire_socket(partition)
+        return out
+
+    def _queue(self, outputs: list) -> None:
+        """Append protocol outputs, in order, to the events not yet handed out."""
+        for m in outputs:
+            if type(m) is DataMessage:
+                self.stats["delivered"] += 1
+                self.stats["bytes"] += m.nbytes
+        self._parked.extend(outputs)
+
+    def _retire_socket(self, partition: int) -> None:
+        s = self._by_partition.pop(partition, None)
+        if s is None:
+            return
+        try:
+            s.send_multipart(wire.encode_control(wire.BYE), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        self._poller.unregister(s)
+        del self._sockets[s]
+        s.close(100)
+        self._liveness.forget(partition)
+
+    def _handle(self, partition: int, frames: list) -> list:
+        """Process one multipart message; return protocol outputs (data still encoded)."""
+        self.stats["messages"] += 1
+        if self.credit is not None and frames[0] in _CREDITED:
+            self._spend_credit(partition)
+        if len(frames) == 3 and frames[0] == wire.DATA:
+            return self._data(partition, frames[1], frames[2])
+        msg = wire.decode(frames)
+        if isinstance(msg, InitialFrontierSnapshot):
+            self._incarnations[partition] = wire.decode_snapshot_meta(frames).get("incarnation")
+            return self._snapshot(partition, msg)
+        if isinstance(msg, LowerFrontierUpdate):
+            pl = self._part_lower.setdefault(partition, {})
+            apply_changes(pl, msg.updates)
+            out = self._protocol.receive(partition, msg)
+            if not pl:
+                self._retire_socket(partition)
+            return out
+        if isinstance(msg, wire.Notice):
+            return self._notice(partition, msg)
+        return []  # heartbeat: liveness only (never applied: it may overtake queued updates)
+
+    def _spend_credit(self, partition: int) -> None:
+        n = self._unacked.get(partition, 0) + 1
+        if n >= self.credit // 2:
+            s = self._by_partition.get(partition)
+            if s is not None:
+                s.send_multipart(wire.encode_control(wire.CREDIT, messages=n))
+            n = 0
+        self._unacked[partition] = n
+
+    def _data(self, partition: int, raw: bytes, payload) -> list:
+        """Hot path: the filter verdict per raw header bytes is cached for this join (many
+        messages share an epoch); the payload is decoded only when handed out."""
+        protocol = self._protocol
+        hit = self._time_cache.get(raw)
+        if hit is None or hit[2] != protocol.version:
+            t = hit[0] if hit is not None else wire.decode_time(raw)
+            if hit is None and self._check is not None:
+                t = self._check(t)
+            ok = not protocol.ready or not protocol.filtering or protocol.passes(t)
+            if len(self._time_cache) > 4096:
+                self._time_cache.clear()
+            hit = self._time_cache[raw] = (t, ok, protocol.version)
+        t, ok, _ = hit
+        if not protocol.ready:
+            return protocol.receive(partition, DataMessage(t, payload, len(payload)))  # buffered
+        if not ok:
+            protocol.dropped += 1
+            self.stats["dropped"] += 1
+            return []
+        return protocol.deliver(t, payload, len(payload))
+
+    def _notice(self, partition: int, msg: wire.Notice) -> list:
+        if msg.code == "lagged":
+            if self.recover:
+                self._rejoin("lagged", partition)
+                return []
+            raise SubscriberLagged(msg.message, partition=partition)
+        if msg.code == "aborted":
+            return self._aborted(partition, msg)
+        if msg.code == "rejoin":
+            if self.recover:
+                self._rejoin("restarted", partition)
+                return []
+            raise PublisherLost(f"topic {self.topic!r}: the publisher of partition {partition} "
+                                f"no longer knows this subscriber (it restarted, or dropped "
+                                f"this connection): {msg.message}", partition=partition)
+        raise ProtocolError(f"publisher of partition {partition} rejected this subscriber: {msg.message}")
+
+    # -- polling ---------------------------------------------------------------------------
+    def _poll(self, timeout_s: float | None) -> list:
+        """Wait up to ``timeout_s`` seconds for messages; return events (data still encoded).
+        A failure (lagged, lost, aborted, a protocol violation by a publisher) is raised only
+        after everything that arrived before it was returned."""
+        if self._parked:
+            out, self._parked = self._parked, []
+            return out
+        if self._failure is not None:
+            self._raise_failure()
+        try:
+            self._read(timeout_s)
+        except EpochstreamError as exc:
+            self._failure = exc
+        result, self._parked = self._parked, []
+        if not result and self._failure is not None:
+            self._raise_failure()
+        return result
+
+    def _raise_failure(self):
+        exc = self._failure
+        if isinstance(exc, SubscriberLagged) and exc.last_epoch is None and self._last_epoch is not None:
+            # name the last epoch actually handed out, now that everything before it was
+            exc = self._failure = SubscriberLagged(
+                f"{exc}; last complete epoch delivered: {self._last_epoch!r}",
+                partition=exc.partition, last_epoch=self._last_epoch)
+        raise exc
+
+    def _read(self, timeout_s: float | None) -> None:
+        """One poll: read what arrived (outputs go to ``_parked``), ping, check liveness."""
+        liveness = self._liveness
+        if not self._sockets:
+            if liveness.awaiting:  # every socket retired, waiting for a new publisher
+                _time.sleep(min(0.05, timeout_s if timeout_s is not None else 0.05))
+                self._check_awaiting(_time.monotonic())
+            return
+        events = self._poller.poll(None if timeout_s is None else max(0, int(timeout_s * 1000)))
+        now = _time.monotonic()
+        protocol = self._protocol
+        for s, _ in events:
+            partition = self._sockets.get(s)
+            if partition is None:
+                continue
+            for _ in range(1000):
+                try:
+                    frames = s.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                liveness.heard(partition, now)
+                self._queue(self._handle(partition, frames))
+                if self._protocol is not protocol or partition not in self._by_partition:
+                    break  # re-joined (sockets replaced) or this partition finished
+            if self._protocol is not protocol:
+                break
+        if liveness.ping_due(now):
+            ping = wire.encode_control(wire.PING, id=self.id)
+            for s in self._sockets:
+                try:
+                    s.send_multipart(ping, zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
+        self._check_liveness(now)
+
+    # -- liveness --------------------------------------------------------------------------
+    def _catalog_partitions(self) -> dict[int, PartitionInfo]:
+        """``{index: PartitionInfo}`` from the catalog (``{}`` without one, or if unreadable)."""
+        if self._catalog is None:
+            return {}
+        try:
+            info = self._catalog.lookup(self.topic)
+        except EpochstreamError:
+            return {}
+        return {p.index: p for p in info.partition_info}
+
+    def _joined_incarnation(self, partition: int) -> str | None:
+        return self._incarnations.get(partition) or self._catalog_incarnations.get(partition)
+
+    def _check_liveness(self, now: float) -> None:
+        """Settle suspect partitions from the catalog (closed or aborted before answering our
+        hello, aborted without its notice reaching us, restarted); past ``timeout``:
+        :class:`PublisherLost`."""
+        if self._liveness.successor_check_due(now):
+            self._check_awaiting(now)
+        suspects = self._liveness.suspects(now)
+        if not suspects:
+            return
+        parts = self._catalog_partitions()
+        for partition, silent in suspects:
+            p = parts.get(partition)
+            if p is not None and partition not in self._protocol.snapshots and p.state == "closed":
+                self._retire_socket(partition)  # closed between our catalog lookup and our hello
+                self._queue(self._snapshot(partition, InitialFrontierSnapshot((), tuple(p.upper))))
+                continue
+            if p is not None and p.state == "aborted" and (
+                    partition not in self._protocol.snapshots
+                    or p.incarnation == self._joined_incarnation(partition)):
+                self._aborted(partition, None)  # its X aborted notice never reached us
+                continue
+            if self.recover and self._restarted(partition, p):
+                self._rejoin("restarted", partition)
+                return
+            if self._liveness.lost(silent):
+                raise PublisherLost(f"topic {self.topic!r}: no message from partition {partition} "
+                                    f"for {silent:.1f} s (timeout {self.timeout} s)",
+                                    partition=partition)
+
+    def _restarted(self, partition: int, p: PartitionInfo | None) -> bool:
+        """True iff ``p`` (the catalog's entry for ``partition``) is a live publisher with
+        another incarnation than the one this subscriber joined."""
+        known = self._joined_incarnation(partition)
+        return p is not None and p.state == "live" and known is not None and p.incarnation != known
+
+    def _aborted(self, partition: int, notice: wire.Notice | None) -> list:
+        """A partition's publisher aborted (its ``X aborted`` notice, or the catalog says so).
+        Without ``recover`` (or without a catalog to find a successor):
+        :class:`PublisherAborted`. With it: wait up to ``timeout`` seconds for a new live
+        incarnation in the catalog, then re-join and report a :class:`Gap`."""
+        reason = notice.message if notice is not None else "the catalog marks it aborted"
+        incarnation = ((notice.extra.get("incarnation") if notice is not None else None)
+                       or self._joined_incarnation(partition))
+        self._retire_socket(partition)
+        if not self.recover or self._catalog is None:
+            raise PublisherAborted(f"topic {self.topic!r}: the publisher of partition {partition} "
+                                   f"aborted; its open epochs never complete ({reason})",
+                                   partition=partition, reason=reason)
+        log.warning("topic %r: partition %s aborted (%s); waiting up to %s s for a new publisher",
+                    self.topic, partition, reason, self.timeout)
+        self._liveness.await_successor(partition, incarnation, _time.monotonic(), reason)
+        return []
+
+    def _check_awaiting(self, now: float) -> None:
+        """Re-join once an aborted partition has a new live incarnation in the catalog;
+        :class:`PublisherAborted` when one did not appear within ``timeout``."""
+        parts = self._catalog_partitions()
+        for partition, (incarnation, deadline, reason) in list(self._liveness.awaiting.items()):
+            p = parts.get(partition)
+            if p is not None and p.state == "live" and p.incarnation != incarnation:
+                self._rejoin("aborted", partition)
+                return
+            if now > deadline:
+                raise PublisherAborted(
+                    f"topic {self.topic!r}: the publisher of partition {partition} aborted "
+                    f"({reason}) and no new publisher appeared within {self.timeout} s",
+                    partition=partition, reason=reason)
+
+    # -- iteration -------------------------------------------------------------------------
+    def wait_ready(self, timeout: float | None = 10.0) -> bool:
+        """Process messages until every partition's snapshot has arrived (data that arrives
+        meanwhile is kept for :meth:`epochs`/:meth:`events`). Returns False on timeout (seconds);
+        raises the failure that prevents it (e.g. the hello was refused)."""
+        deadline = None if timeout is None else _time.monotonic() + timeout
+        while not self._protocol.ready:
+            left = None if deadline is None else deadline - _time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            got = self._poll(min(left, 0.1) if left is not None else 0.1)
+            self._parked.extend(got)  # (evaluate _poll first: it swaps self._parked)
+        return True
+
+    def _outputs(self) -> Iterator:
+        """Yield events with data decoded, and ``None`` after each idle poll (0.1 s); end when
+        finished."""
+        decode = self.codec.decode
+        while True:
+            got = self._poll(0.1)
+            if got:
+                for m in got:
+                    if type(m) is DataMessage:
+                        m = DataMessage(m.time, decode(m.data), m.nbytes)
+                    yield m
+            elif self._protocol.finished and not self._parked:
+                return
+            else:
+                yield None
+
+    def events(self, timeout: float | None = None) -> Iterator:
+        """Yield, as they arrive, :class:`~epochstream.events.DataMessage` (decoded records in
+        ``data``, encoded size in ``nbytes``) for data that passed the filter,
+        :class:`~epochstream.events.LowerFrontierUpdate` for merged frontier changes and, with
+        ``recover=True``, a :class:`~epochstream.events.Gap` where the subscriber re-joined
+        (after it, the merged frontier is announced afresh from empty). Ends when every
+        partition finished. ``timeout``: seconds without any event before ``TimeoutError``.
+        Unpacking an event as ``(message, nbytes)`` still works until 0.3 (deprecated)."""
+        last = _time.monotonic()
+        for item in self._outputs():
+            if item is not None:
+                last = _time.monotonic()
+                yield item
+            elif timeout is not None and _time.monotonic() - last > timeout:
+                raise TimeoutError(f"no message for {timeout} s from topic {self.topic!r}")
+
+    def epochs(self, timeout: float | None = None) -> Iterator[Epoch | Gap]:
+        """Yield complete :class:`~epochstream.events.Epoch` objects in an order consistent
+        with the partial order; ``records`` is a list (msgpack) or ``pyarrow.Table`` (arrow);
+        ``first_seen``/``released_at`` are ``time.time()`` readings. With ``recover=True`` a
+        :class:`~epochstream.events.Gap` is yielded where the subscriber re-joined (epochs of
+        the old join that were still incomplete are dropped there). Ends when every partition
+        finished. ``timeout``: seconds without a new epoch before ``TimeoutError``."""
+        last = _time.monotonic()
+        for item in self._outputs():
+            kind = type(item)
+            if kind is DataMessage:
+                self._assembler.data(item, nbytes=item.nbytes, now=_time.time())
+            elif kind is LowerFrontierUpdate:
+                done = self._assembler.frontier_changed(item, now=_time.time())
+                for epoch in done:
+                    self._last_epoch = epoch.time
+                    yield epoch
+                if done:
+                    last = _time.monotonic()
+            elif kind is Gap:  # epochs of the old join still pending can never complete
+                self._assembler = EpochAssembler(self.order, self.codec.combine)
+                yield dataclasses.replace(item, last_epoch=self._last_epoch)
+            elif item is None and timeout is not None and _time.monotonic() - last > timeout:
+                raise TimeoutError(f"no complete epoch for {timeout} s from topic {self.topic!r}")
+
+    def close(self) -> None:
+        """Say goodbye to every publisher (so it frees our state at once) and close sockets."""
+        if self._closed:
+            return
+        self._closed = True
+        for partition in list(self._by_partition):
+            self._retire_socket(partition)
+
+    def __enter__(self) -> "Subscriber":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
