@@ -5,16 +5,22 @@ Cases (one module each, each with ``run(quick: bool) -> dict``):
 - ``filter`` (:mod:`benchmarks.bench_filter`) — subscriber-side filter path, in process, on
   pre-built frames: header decode + ``passes`` + payload decode only for passing messages, vs.
   decoding every payload and filtering afterwards.
-- ``e2e`` (:mod:`benchmarks.bench_e2e`) — publisher → 1/2/4 subscribers over tcp in separate
-  processes, 1/2 partitions, 1/100/1000 records per message, three payload kinds, both APIs;
-  plus epoch latency (send of an epoch's last batch + its progress → the subscriber's ``Epoch``).
-- ``peers`` (:mod:`benchmarks.bench_peers`) — the same payloads through raw pyzmq (same framing,
-  no protocol), Redis pub/sub and NATS core, in the same run as epochstream.
+- ``e2e`` (:mod:`benchmarks.bench_e2e`) — publisher → 1 subscriber over tcp in separate
+  processes, 1/2 partitions, 1/100/1000 records per message, three payload kinds, both APIs,
+  time-based; plus idle epoch latency (send of an epoch's last batch → the subscriber's ``Epoch``).
+- ``peers`` (:mod:`benchmarks.bench_peers`) — the same payloads with the same batching through
+  epochstream (coalescing off, and on — labelled), raw pyzmq (same framing, no protocol), Redis
+  pub/sub and NATS core; paired, interleaved repeats (:mod:`benchmarks.paired`).
+- ``fanout`` (:mod:`benchmarks.bench_fanout`) — one publisher → 1..64 subscriber processes:
+  publisher CPU per message per subscriber, delivered records/s.
 - ``spark`` (:mod:`benchmarks.bench_spark`) — a PySpark query over the flights data written with
   ``format("epochstream")`` vs. Spark's ``noop`` sink.
 
 Every case writes ``benchmarks/results/<case>.json``; :mod:`benchmarks.report` turns all result
 files into ``docs/benchmarks.md`` (tables) and ``docs/img/*.png`` (plots).
+
+``BENCH_SCALE=0.1`` (run lengths × 0.1) and ``BENCH_REPEATS=2`` are development aids; the
+results then say how long and how many runs they were.
 """
 
 from __future__ import annotations

@@ -1,14 +1,28 @@
-"""Case ``peers``: epochstream vs raw pyzmq, Redis pub/sub and NATS core — same payloads, same run.
+"""Case ``peers``: epochstream vs raw pyzmq, Redis pub/sub and NATS core — same payloads, same
+batching, paired and interleaved.
 
-One subscriber, one partition, 1 / 100 / 1000 records per message, msgpack dicts / msgpack
-tuples / Arrow. For every configuration the systems run back to back (repeated ``repeats``
-times, interleaved), so each ratio compares numbers taken minutes apart on the same machine.
-Raw pyzmq uses epochstream's own framing without the protocol (the practical limit of this
-transport); Redis (redis-py + hiredis, pipelined publish) and NATS (nats-py) carry
-``kind + time + payload`` in one message. Every record is counted at the receiver; a run that
-loses any is reported as failed. Redis runs with ``client-output-buffer-limit pubsub 0 0 0``, NATS
-with ``max_pending: 1GB`` on the server and a raised ``pending_msgs_limit``/``pending_bytes_limit``
-on the subscription.
+One subscriber, one partition. For each configuration (records per message × payload kind) the
+variants run back to back, once per repeat (A, B, C, ... A, B, C, ...): every ratio is taken
+between two runs of the same repeat, seconds apart, and reported as min / median / max over the
+repeats. Every run is time-based (``paired.seconds``) and counts every record at the receiver; a
+run that loses any is reported as failed.
+
+Variants (every one sends the very same pre-encoded payload bytes, one payload per ``send``):
+
+- ``epochstream`` — ``Publisher(coalesce_bytes=0)``: coalescing off, so one payload = one wire
+  message, exactly like the peers (**equal batching**; this is the like-for-like comparison);
+- ``epochstream+coalesce`` — the default ``Publisher``, which merges queued same-epoch msgpack
+  payloads into one wire message (up to 64 KiB): *different batching* — reported beside, labelled,
+  with its wire messages per record; not used for the equal-batching targets;
+- ``zmq`` — raw pyzmq PUB/SUB, the same 3 frames, no protocol (a baseline with the same framing,
+  batching and decoding — not "the limit of the transport": see the physical limits);
+- ``redis`` — Redis pub/sub, redis-py with the hiredis parser, pipelined ``publish`` (64 per
+  round trip), subscriber reading with ``pubsub.listen()`` (blocking reads);
+- ``nats`` — NATS core, nats-py, async subscription callback; flow-control waits do not use
+  ``asyncio.sleep`` polling.
+
+Redis runs with ``client-output-buffer-limit pubsub 0 0 0``, NATS with ``max_pending: 1GB`` and a
+raised ``pending_msgs_limit``/``pending_bytes_limit``; the brokers' CPU time is read with psutil.
 """
 
 from __future__ import annotations
@@ -16,28 +30,52 @@ from __future__ import annotations
 import contextlib
 import time
 
-from . import harness, median, peers
-from .bench_e2e import budget
+from . import harness, paired, peers
 
-VARIANTS = (("epochstream", "epochs"), ("epochstream", "events"), ("zmq", None), ("redis", None),
-            ("nats", None))
+VARIANTS = ("epochstream", "epochstream+coalesce", "zmq", "redis", "nats")
+# (numerator, denominator, target or None, what)
+RATIOS = (("epochstream", "zmq", 0.9, "equal batching"),
+          ("epochstream", "redis", 1.3, "equal batching"),
+          ("epochstream", "nats", 1.3, "equal batching"),
+          ("epochstream+coalesce", "zmq", None, "epochstream batches, raw pyzmq does not"),
+          ("epochstream+coalesce", "redis", None, "epochstream batches, Redis does not"),
+          ("epochstream+coalesce", "nats", None, "epochstream batches, NATS does not"),
+          ("epochstream+coalesce", "epochstream", None, "what coalescing buys"))
 
 
 def plan(quick: bool):
     if quick:
-        return [(r, k) for r in (1, 1000) for k in ("dicts", "arrow")], 1, 0.5, []
-    lat = [(r, "dicts") for r in (1, 100, 1000)] + [(1000, "arrow")]
-    return [(r, k) for r in (1, 100, 1000) for k in ("dicts", "tuples", "arrow")], 3, 1.5, lat
+        return [(1, "dicts"), (1000, "tuples")]
+    return [(1, "dicts"), (1000, "dicts"), (1, "tuples"), (100, "tuples"), (1000, "tuples"),
+            (1, "arrow"), (1000, "arrow")]
 
 
-def _label(system, api):
-    return system if api is None else f"{system}/{api}"
+def _variants(kind, servers):
+    out = []
+    for v in VARIANTS:
+        if v == "epochstream+coalesce" and kind == "arrow":
+            continue  # the Publisher never coalesces Arrow payloads: identical to "epochstream"
+        if v in ("redis", "nats") and v not in servers:
+            continue
+        out.append(v)
+    return out
+
+
+def _status(r) -> str:
+    if not r["ok"]:
+        return f"FAILED: {r.get('error')}"
+    gc = r.get("sub_gc", [None])[0]
+    b = r.get("broker_cpu_s_per_M")
+    return (f"{r['records_per_s'] / 1e6:7.3f}M rec/s  {r['seconds']:.1f} s  "
+            f"cpu/M rec: pub {r['pub_cpu_s_per_M']:.2f} s sub {r['sub_cpu_s_per_M'][0]:.2f} s"
+            + (f" broker {b:.2f} s" if b is not None else "")
+            + f"  wire msg/rec {r['wire_messages_per_record']:.4f}  sub gc {gc}")
 
 
 def run(quick: bool = False, log=print) -> dict:
-    configs, repeats, seconds, lat = plan(quick)
-    servers = {}
-    notes = {}
+    configs = plan(quick)
+    seconds, n_rep = paired.seconds(quick), paired.repeats(quick)
+    servers, pids, notes = {}, {}, {}
     rows = []
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
@@ -48,57 +86,49 @@ def run(quick: bool = False, log=print) -> dict:
                 log(f"  peers: {peer} unavailable: {note}")
                 continue
             try:
-                port, version = stack.enter_context(starter(path))
+                port, version, pid = stack.enter_context(starter(path))
             except Exception as exc:  # could not start: report, don't fake
                 notes[peer] = f"unavailable: could not start {path}: {exc}"
                 log(f"  peers: {notes[peer]}")
                 continue
-            servers[peer] = port
-            notes[peer] = version
-        variants = [(s, a) for s, a in VARIANTS if s in ("epochstream", "zmq") or s in servers]
+            servers[peer], pids[peer], notes[peer] = port, pid, version
         for per_message, kind in configs:
-            rec = budget(kind, per_message, 1, seconds)
-            for rep in range(repeats):
-                for system, api in variants:
-                    r = harness.run(system, kind=kind, per_message=per_message, api=api or "events",
-                                    records=rec, time_limit=60, redis_port=servers.get("redis"),
-                                    nats_port=servers.get("nats"))
-                    r["repeat"] = rep
-                    r["variant"] = _label(system, api)
-                    rows.append(r)
-                    status = (f"{r['records_per_s'] / 1e6:7.3f}M rec/s" if r["ok"]
-                              else f"FAILED: {r.get('error')}")
-                    log(f"  peers {kind:6s} R={per_message:4d} #{rep} {r['variant']:20s} {status}")
-        for per_message, kind in lat:
-            for system, api in variants:
-                r = harness.run(system, kind=kind, per_message=per_message, api=api or "epochs",
-                                mode="latency", epochs=200, time_limit=60,
-                                redis_port=servers.get("redis"), nats_port=servers.get("nats"))
-                r["variant"] = _label(system, api)
-                rows.append(r)
-                status = (f"p50 {r['latency_p50_ms']:.2f} ms p99 {r['latency_p99_ms']:.2f} ms"
-                          if r["ok"] else f"FAILED: {r.get('error')}")
-                log(f"  peers latency {kind:6s} R={per_message:4d} {r['variant']:20s} {status}")
+            def one(label, rep, per_message=per_message, kind=kind):
+                system = label.split("+")[0]
+                r = harness.run(system, kind=kind, per_message=per_message, api="events",
+                                duration=seconds, time_limit=60 + 3 * seconds,
+                                coalesce_bytes=None if label == "epochstream+coalesce" else 0,
+                                redis_port=servers.get("redis"), nats_port=servers.get("nats"),
+                                broker_pid=pids.get(system))
+                log(f"  peers {kind:6s} R={per_message:4d} #{rep} {label:21s} {_status(r)}")
+                return r
+            rows += paired.interleave(_variants(kind, servers), n_rep, one, log=log)
     summary = []
     for per_message, kind in configs:
-        entry = {"payload": kind, "records_per_message": per_message}
-        for system, api in VARIANTS:
-            label = _label(system, api)
-            sel = [r for r in rows if r["variant"] == label and r["mode"] == "throughput"
-                   and r["payload"] == kind and r["records_per_message"] == per_message]
+        where = (lambda r, pm=per_message, k=kind: r["records_per_message"] == pm and r["payload"] == k)
+        entry = {"payload": kind, "records_per_message": per_message, "variants": {}, "ratios": []}
+        for v in VARIANTS:
+            sel = [r for r in rows if where(r) and r["variant"] == v]
             if not sel:
-                entry[label] = None
-            elif not all(r["ok"] for r in sel):
-                entry[label] = "failed"
-            else:
-                entry[label] = median(r["records_per_s"] for r in sel)
-        for api in ("epochs", "events"):
-            mine = entry.get(f"epochstream/{api}")
-            for other in ("zmq", "redis", "nats"):
-                theirs = entry.get(other)
-                ok = isinstance(mine, float) and isinstance(theirs, float)
-                entry[f"ratio_{api}_vs_{other}"] = mine / theirs if ok else None
+                continue
+            good = [r for r in sel if r["ok"]]
+            entry["variants"][v] = {
+                "runs": len(sel), "failed": len(sel) - len(good),
+                "records_per_s": paired.summary([r["records_per_s"] for r in good]),
+                "pub_cpu_s_per_M": paired.summary([r["pub_cpu_s_per_M"] for r in good]),
+                "sub_cpu_s_per_M": paired.summary([r["sub_cpu_s_per_M"][0] for r in good]),
+                "broker_cpu_s_per_M": paired.summary([r["broker_cpu_s_per_M"] for r in good
+                                                      if r.get("broker_cpu_s_per_M") is not None]),
+                "wire_messages_per_record": paired.summary([r["wire_messages_per_record"] for r in good]),
+                "sub_gc_collections": paired.summary([sum(r["sub_gc"][0]) for r in good]),
+                "seconds": paired.summary([r["seconds"] for r in good]),
+            }
+        for a, b, target, what in RATIOS:
+            if a in entry["variants"] and b in entry["variants"]:
+                s = paired.summary(paired.pair_ratios(rows, a, b, where=where))
+                entry["ratios"].append({"a": a, "b": b, "target": target, "what": what, "paired": s,
+                                        "verdict": paired.verdict(s, target) if target else None})
         summary.append(entry)
-    return {"quick": quick, "repeats": repeats, "seconds_per_run": seconds, "servers": notes,
+    return {"quick": quick, "repeats": n_rep, "seconds_per_run": seconds, "servers": notes,
             "rows": rows, "summary": summary, "ok": all(r["ok"] for r in rows),
             "wall_s": round(time.monotonic() - t0, 1)}

@@ -7,15 +7,20 @@ One run = one publisher process per partition and ``subscribers`` subscriber pro
   epoch; :class:`~epochstream.Subscriber` with the ``epochs`` or ``events`` API;
 - ``zmq`` — raw pyzmq PUB/SUB, the same frames (``[b"D\\x01", msgpack time, payload]``) and an
   end-of-epoch marker ``[b"F\\x01", msgpack time]`` per partition, no protocol;
-- ``redis`` — Redis pub/sub (redis-py + hiredis, pipelined publish), one binary message per batch:
-  ``kind (1 byte) + time (8 bytes LE) + payload``;
-- ``nats`` — NATS core (nats-py, asyncio), the same single-blob framing.
+- ``redis`` — Redis pub/sub (redis-py + hiredis, pipelined publish; the subscriber reads with
+  ``pubsub.listen()``), one binary message per batch: ``kind (1 byte) + time (8 bytes LE) +
+  payload``;
+- ``nats`` — NATS core (nats-py, asyncio, async subscription callback), the same single-blob
+  framing.
 
 All systems send the very same pre-encoded payload bytes, and the subscriber decodes every
 delivered payload with epochstream's codec and counts its records.
 
-Bounded: a fixed number of epochs/messages, and a wall-clock limit after which every process is
-killed and the run reported as failed. Flow control: the publisher never gets more than
+Bounded: time-based (``duration``: the parent picks, under a lock, the epoch every publisher
+stops at once the duration has passed) or a fixed number of epochs, and a wall-clock limit after
+which every process is killed and the run reported as failed. Measured per run: records/s, CPU
+seconds per million records of publishers, subscribers and (``broker_pid``) the Redis/NATS
+server, wire messages per record, and ``gc.get_stats()`` collection deltas in every process. Flow control: the publisher never gets more than
 ``window`` records ahead of the slowest subscriber (a shared counter), so no system needs
 unbounded buffers and none drops data for being outrun — which keeps the comparison about
 throughput, not about buffer sizes. A run in which any subscriber counts fewer (or more)
@@ -29,6 +34,8 @@ last batch, taking the latest partition).
 
 from __future__ import annotations
 
+import gc
+import itertools
 import multiprocessing as mp
 import os
 import queue as _queue
@@ -49,6 +56,36 @@ _BLOB = struct.Struct("<q")  # time in the single-blob framing
 
 def messages_per_epoch(per_message: int) -> int:
     return {1: 100, 100: 10}.get(per_message, 4)
+
+
+def gc_counts() -> list[int]:
+    """Collections so far per generation (``gc.get_stats()``)."""
+    return [g["collections"] for g in gc.get_stats()]
+
+
+def gc_delta(before: list[int]) -> list[int]:
+    return [a - b for a, b in zip(gc_counts(), before)]
+
+
+class _Stop:
+    """Time-based runs: every publisher stops at the same epoch boundary.
+
+    ``ctl[p]`` is the next epoch of publisher ``p``; ``ctl[-1]`` the epoch count to stop at (0 =
+    not yet decided). The parent decides once the run's duration has passed: ``max(ctl[:P]) + 1``,
+    under the array's lock, so no publisher can already be past it."""
+
+    def __init__(self, ctl, partition: int, partitions: int, timed: bool):
+        self.ctl, self.partition, self.partitions, self.timed = ctl, partition, partitions, timed
+        self.lock = ctl.get_lock()
+
+    def after_epoch(self, e: int) -> bool:
+        """Called after epoch ``e`` was sent in full; True = stop now (``e + 1`` epochs sent)."""
+        if not self.timed:
+            return False
+        with self.lock:
+            self.ctl[self.partition] = e + 1
+            stop = self.ctl[self.partitions]
+        return bool(stop) and e + 1 >= stop
 
 
 # =============================================================================================
@@ -76,11 +113,12 @@ def _epoch_done_wait(epochs_done, e: int, deadline: float) -> None:
         time.sleep(0.00005)
 
 
-def _publisher_main(system, cfg, partition, q, start, consumed, epochs_done, t_last_send):
+def _publisher_main(system, cfg, partition, q, start, consumed, epochs_done, t_last_send, ctl):
     try:
         runner = {"epochstream": _pub_epochstream, "zmq": _pub_zmq, "redis": _pub_redis,
                   "nats": _pub_nats}[system]
-        runner(cfg, partition, q, start, consumed, epochs_done, t_last_send)
+        runner(cfg, partition, q, start, consumed, epochs_done, t_last_send,
+               _Stop(ctl, partition, cfg["partitions"], bool(cfg["duration"])))
     except BaseException as exc:  # report, never hang the parent
         q.put(("error", f"publisher {partition}", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 
@@ -88,19 +126,20 @@ def _publisher_main(system, cfg, partition, q, start, consumed, epochs_done, t_l
 def _schedule(cfg, partition):
     """Yield (epoch, message index within this partition's share, is_last_of_epoch)."""
     per_part = cfg["messages_per_epoch"] // cfg["partitions"]
-    for e in range(cfg["epochs"]):
+    for e in (itertools.count() if cfg["duration"] else range(cfg["epochs"])):
         for j in range(per_part):
             yield e, j, j == per_part - 1
 
 
-def _pub_epochstream(cfg, partition, q, start, consumed, epochs_done, t_last_send):
+def _pub_epochstream(cfg, partition, q, start, consumed, epochs_done, t_last_send, stopper):
     from epochstream.transport import Publisher
     bodies = payloads.encoded(cfg["kind"], cfg["per_message"])
     nb = len(bodies)
     pub = Publisher(cfg["topic"], partition, partitions=cfg["partitions"],
                     codec=payloads.codec_name(cfg["kind"]), sndhwm=100_000,
                     max_queue_messages=10_000_000, max_queue_bytes=8 << 30, queue_hwm=10_000,
-                    heartbeat_interval=1.0)
+                    heartbeat_interval=1.0,
+                    **({} if cfg["coalesce_bytes"] is None else {"coalesce_bytes": cfg["coalesce_bytes"]}))
     q.put(("endpoint", partition, pub.endpoint))
     start.wait(60)
     per_message = cfg["per_message"]
@@ -110,6 +149,7 @@ def _pub_epochstream(cfg, partition, q, start, consumed, epochs_done, t_last_sen
     deadline = time.monotonic() + cfg["time_limit"]
     send, advance = pub.send_encoded, pub.advance_to
     sent = 0
+    gc0 = gc_counts()
     cpu0 = time.process_time()
     n_epochs = cfg["epochs"]
     for e, j, last in _schedule(cfg, partition):
@@ -123,13 +163,16 @@ def _pub_epochstream(cfg, partition, q, start, consumed, epochs_done, t_last_sen
             advance(e + 1)
             if latency:
                 _epoch_done_wait(epochs_done, e, deadline)
+            if stopper.after_epoch(e):
+                break
     pub.flush(30)
     cpu = time.process_time() - cpu0
     pub.close(linger=30)
-    q.put(("published", partition, {"records": sent, "cpu_s": cpu, "stats": dict(pub.stats)}))
+    q.put(("published", partition, {"records": sent, "cpu_s": cpu, "gc": gc_delta(gc0),
+                                    "stats": dict(pub.stats)}))
 
 
-def _pub_zmq(cfg, partition, q, start, consumed, epochs_done, t_last_send):
+def _pub_zmq(cfg, partition, q, start, consumed, epochs_done, t_last_send, stopper):
     import msgpack
     import zmq
     bodies = payloads.encoded(cfg["kind"], cfg["per_message"])
@@ -151,6 +194,7 @@ def _pub_zmq(cfg, partition, q, start, consumed, epochs_done, t_last_send):
     send = sock.send_multipart
     n_epochs = cfg["epochs"]
     sent = 0
+    gc0 = gc_counts()
     cpu0 = time.process_time()
     header = None
     for e, j, last in _schedule(cfg, partition):
@@ -166,11 +210,13 @@ def _pub_zmq(cfg, partition, q, start, consumed, epochs_done, t_last_send):
             send([_F, header])
             if latency:
                 _epoch_done_wait(epochs_done, e, deadline)
+            if stopper.after_epoch(e):
+                break
     send([_E, b"\x00"])
     cpu = time.process_time() - cpu0
     sock.close(30_000)
     ctx.term()
-    q.put(("published", partition, {"records": sent, "cpu_s": cpu}))
+    q.put(("published", partition, {"records": sent, "cpu_s": cpu, "gc": gc_delta(gc0)}))
 
 
 def _blob_messages(cfg, partition):
@@ -182,7 +228,7 @@ def _blob_messages(cfg, partition):
         yield e, b"D" + pack(e) + bodies[j % nb], last
 
 
-def _pub_redis(cfg, partition, q, start, consumed, epochs_done, t_last_send):
+def _pub_redis(cfg, partition, q, start, consumed, epochs_done, t_last_send, stopper):
     import redis
     r = redis.Redis(host="127.0.0.1", port=cfg["redis_port"])
     channel = cfg["topic"]
@@ -201,6 +247,7 @@ def _pub_redis(cfg, partition, q, start, consumed, epochs_done, t_last_send):
     sent = 0
     pack = _BLOB.pack
     msgs = list(_blob_messages(cfg, partition)) if cfg["prebuild"] else _blob_messages(cfg, partition)
+    gc0 = gc_counts()
     cpu0 = time.process_time()
     j = 0
     for e, blob, last in msgs:
@@ -220,14 +267,16 @@ def _pub_redis(cfg, partition, q, start, consumed, epochs_done, t_last_send):
             pending = 0
         if last and latency:
             _epoch_done_wait(epochs_done, e, deadline)
+        if last and stopper.after_epoch(e):
+            break
     pipe.publish(channel, b"E")
     pipe.execute()
     cpu = time.process_time() - cpu0
     r.close()
-    q.put(("published", partition, {"records": sent, "cpu_s": cpu}))
+    q.put(("published", partition, {"records": sent, "cpu_s": cpu, "gc": gc_delta(gc0)}))
 
 
-def _pub_nats(cfg, partition, q, start, consumed, epochs_done, t_last_send):
+def _pub_nats(cfg, partition, q, start, consumed, epochs_done, t_last_send, stopper):
     import asyncio
 
     import nats
@@ -251,6 +300,7 @@ def _pub_nats(cfg, partition, q, start, consumed, epochs_done, t_last_send):
         pack = _BLOB.pack
         sent = 0
         msgs = list(_blob_messages(cfg, partition)) if cfg["prebuild"] else _blob_messages(cfg, partition)
+        gc0 = gc_counts()
         cpu0 = time.process_time()
         j = 0
         publish = nc.publish
@@ -258,7 +308,10 @@ def _pub_nats(cfg, partition, q, start, consumed, epochs_done, t_last_send):
             if not latency and j % check_every == 0:
                 limit = sent * parts - window
                 while min(consumed) < limit:
-                    await asyncio.sleep(0.0002)
+                    # asyncio.sleep(0.0002) really sleeps >= 1 ms (epoll's resolution): let the
+                    # loop's flusher run, then block briefly
+                    await asyncio.sleep(0)
+                    time.sleep(0.0001)
             j += 1
             if last and latency:
                 t_last_send[partition * n_epochs + e] = time.monotonic()
@@ -271,15 +324,19 @@ def _pub_nats(cfg, partition, q, start, consumed, epochs_done, t_last_send):
                     while min(epochs_done) <= e:
                         if time.monotonic() > deadline:
                             raise TimeoutError(f"epoch {e} not released in time")
-                        await asyncio.sleep(0.00005)
+                        await asyncio.sleep(0)
+                        time.sleep(0.00005)
+            if last and stopper.after_epoch(e):
+                break
         await publish(subject, b"E")
         await nc.flush(timeout=60)
         cpu = time.process_time() - cpu0
+        gcd = gc_delta(gc0)
         await nc.drain()
-        return sent, cpu
+        return sent, cpu, gcd
 
-    sent, cpu = asyncio.run(main())
-    q.put(("published", partition, {"records": sent, "cpu_s": cpu}))
+    sent, cpu, gcd = asyncio.run(main())
+    q.put(("published", partition, {"records": sent, "cpu_s": cpu, "gc": gcd}))
 
 
 # =============================================================================================
@@ -297,16 +354,19 @@ class _Tally:
         self.epochs = 0
         self.t_first = None
         self.t_last = None
-        self.release = [0.0] * n_epochs
+        self.release = {}  # epoch -> monotonic time of its release
         self.cpu0 = None
+        self.gc0 = None
 
     def begin(self):
+        self.gc0 = gc_counts()
         self.cpu0 = time.process_time()
 
     def result(self, extra=None) -> dict:
+        cpu = time.process_time() - (self.cpu0 or 0.0)
         out = {"records": self.records, "messages": self.messages, "epochs": self.epochs,
                "t_first": self.t_first, "t_last": self.t_last, "release": self.release,
-               "cpu_s": time.process_time() - (self.cpu0 or 0.0)}
+               "cpu_s": cpu, "gc": gc_delta(self.gc0 or [0, 0, 0])}
         if extra:
             out.update(extra)
         return out
@@ -338,6 +398,8 @@ def _sub_epochstream(cfg, idx, endpoints, q, consumed, epochs_done):
     if cfg["api"] == "epochs":
         release = tally.release
         for ep in sub.epochs(timeout=cfg["time_limit"]):
+            if not hasattr(ep, "records"):  # a Gap (only with recover=True): not expected here
+                continue
             now = mono()
             if tally.t_first is None:
                 tally.t_first = now
@@ -350,7 +412,9 @@ def _sub_epochstream(cfg, idx, endpoints, q, consumed, epochs_done):
         tally.t_last = mono()
     else:
         msgs = 0
-        for item, _nbytes in sub.events(timeout=cfg["time_limit"]):
+        for item in sub.events(timeout=cfg["time_limit"]):
+            if type(item) is tuple:  # older transport yields (event, nbytes)
+                item = item[0]
             if type(item) is DataMessage:
                 if tally.t_first is None:
                     tally.t_first = mono()
@@ -398,7 +462,7 @@ def _sub_zmq(cfg, idx, endpoints, q, consumed, epochs_done):
     tally.begin()
     unpack = msgpack.unpackb
     mono = time.monotonic
-    marks = [0] * cfg["epochs"]
+    marks = {}
     release = tally.release
     n = msgs = ends = 0
     recv = sock.recv_multipart
@@ -415,8 +479,8 @@ def _sub_zmq(cfg, idx, endpoints, q, consumed, epochs_done):
             consumed[idx] = n
         elif k == _F:
             e = unpack(frames[1])
-            marks[e] += 1
-            if marks[e] == parts:
+            marks[e] = m = marks.get(e, 0) + 1
+            if m == parts:
                 release[e] = mono()
                 tally.epochs += 1
                 epochs_done[idx] = e + 1
@@ -437,7 +501,7 @@ class _BlobSink:
         self.decode = wire.codec(payloads.codec_name(cfg["kind"])).decode
         self.arrow = cfg["kind"] == "arrow"
         self.tally = _Tally(idx, consumed, epochs_done, cfg["epochs"])
-        self.marks = [0] * cfg["epochs"]
+        self.marks = {}
         self.parts = parts
         self.idx = idx
         self.n = self.msgs = self.ends = 0
@@ -456,8 +520,8 @@ class _BlobSink:
             self.tally.consumed[self.idx] = self.n
         elif k == 70:  # b"F"
             e = _BLOB.unpack_from(data, 1)[0]
-            self.marks[e] += 1
-            if self.marks[e] == self.parts:
+            self.marks[e] = m = self.marks.get(e, 0) + 1
+            if m == self.parts:
                 self.tally.release[e] = time.monotonic()
                 self.tally.epochs += 1
                 self.tally.epochs_done[self.idx] = e + 1
@@ -490,16 +554,11 @@ def _sub_redis(cfg, idx, endpoints, q, consumed, epochs_done):
             raise TimeoutError("no probe from the publisher in 30 s")
     q.put(("ready", idx, None))
     sink.tally.begin()
-    get = ps.get_message
-    limit = cfg["time_limit"]
-    last = time.monotonic()
-    while True:
-        m = get(timeout=1.0)
-        if m is None:
-            if time.monotonic() - last > limit:
-                raise TimeoutError(f"no message for {limit} s")
-            continue
-        if sink.feed(m["data"]):
+    # ``listen()``: blocking reads, as redis-py documents for a consumer loop (no per-call
+    # ``get_message(timeout)`` polling); the parent kills us if the publisher never ends
+    feed = sink.feed
+    for m in ps.listen():
+        if m["type"] == "message" and feed(m["data"]):
             break
     ps.close()
     r.close()
@@ -547,19 +606,39 @@ def _percentile(sorted_vals, p):
     return sorted_vals[i]
 
 
+def _broker_cpu(proc):
+    if proc is None:
+        return None
+    try:
+        t = proc.cpu_times()
+        return t.user + t.system
+    except Exception:
+        return None
+
+
 _WINDOW_MULT = 4
 _topic_ids = iter(range(1, 1 << 30))
 
 
 def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, partitions: int = 1,
         api: str = "events", mode: str = "throughput", records: int | None = None,
-        epochs: int | None = None, time_limit: float = 60.0, redis_port: int | None = None,
-        nats_port: int | None = None) -> dict:
-    """One bounded run; returns a result row (``ok`` false on loss, error or timeout)."""
+        epochs: int | None = None, duration: float | None = None, time_limit: float = 60.0,
+        redis_port: int | None = None, nats_port: int | None = None,
+        coalesce_bytes: int | None = None, broker_pid: int | None = None) -> dict:
+    """One bounded run; returns a result row (``ok`` false on loss, error or timeout).
+
+    Size: ``duration`` seconds (time-based: the publishers stop together at the first epoch
+    boundary after it; throughput mode only), else ``epochs``, else ``records``.
+    ``coalesce_bytes``: passed to epochstream's ``Publisher`` (0 = coalescing off; None = its
+    default). ``broker_pid``: a server process (Redis, NATS) whose CPU time is recorded."""
     mpe = messages_per_epoch(per_message)
     if mpe % partitions:
         mpe = partitions * max(1, mpe // partitions)
-    if epochs is None:
+    if duration is not None and mode != "throughput":
+        raise ValueError("duration applies to throughput runs; latency runs take epochs")
+    if duration is not None:
+        epochs = 0
+    elif epochs is None:
         epochs = max(2, -(-int(records) // (mpe * per_message)))
     # window: several epochs and ~1000 messages' worth of records, at most ~32 MB of payload
     msg_bytes = len(payloads.encoded(kind, per_message, variants=1)[0])
@@ -569,27 +648,43 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
            "mode": mode, "epochs": epochs, "messages_per_epoch": mpe, "window": window,
            "check_every": 16 if per_message == 1 else 1, "time_limit": time_limit,
            "topic": f"bench-{os.getpid()}-{next(_topic_ids)}", "redis_port": redis_port,
-           "nats_port": nats_port, "prebuild": per_message > 1 and epochs * mpe <= 20_000}
+           "nats_port": nats_port, "prebuild": not duration and per_message > 1 and epochs * mpe <= 20_000,
+           "duration": duration, "coalesce_bytes": coalesce_bytes}
     expected = epochs * mpe * per_message
     row = {"system": system, "api": api if system == "epochstream" else "raw", "payload": kind,
            "codec": payloads.codec_name(kind), "records_per_message": per_message,
            "subscribers": subscribers, "partitions": partitions, "mode": mode, "epochs": epochs,
            "messages_per_epoch": mpe, "messages": epochs * mpe, "expected_records": expected,
-           "window_records": window, "payload_bytes": msg_bytes,
+           "window_records": window, "payload_bytes": msg_bytes, "duration_s": duration,
+           "coalesce_bytes": coalesce_bytes if system == "epochstream" else None,
            "loadavg_before": round(os.getloadavg()[0], 2)}
+    if system == "redis":
+        try:
+            from redis.utils import HIREDIS_AVAILABLE
+            row["hiredis"] = bool(HIREDIS_AVAILABLE)
+        except Exception:
+            row["hiredis"] = None
+    broker = None
+    if broker_pid is not None and system in ("redis", "nats"):
+        try:
+            import psutil
+            broker = psutil.Process(broker_pid)
+        except Exception:
+            broker = None
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     start = ctx.Event()
     consumed = ctx.RawArray("q", subscribers)
     epochs_done = ctx.RawArray("q", subscribers)
-    t_last_send = ctx.RawArray("d", partitions * epochs)
+    t_last_send = ctx.RawArray("d", max(1, partitions * epochs))
+    ctl = ctx.Array("q", partitions + 1)  # time-based stop (see _Stop)
     procs = []
     errors = []
     deadline = time.monotonic() + time_limit + 60
     try:
         for p in range(partitions):
             pr = ctx.Process(target=_publisher_main, daemon=True,
-                             args=(system, cfg, p, q, start, consumed, epochs_done, t_last_send))
+                             args=(system, cfg, p, q, start, consumed, epochs_done, t_last_send, ctl))
             pr.start()
             procs.append(pr)
         endpoints = [None] * partitions
@@ -611,16 +706,24 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
             if kind_ == "error":
                 raise RuntimeError(f"{who}: {value}")
             ready += 1
+        b_cpu0 = _broker_cpu(broker)
         t_start = time.monotonic()
         start.set()
         subs: dict[int, dict] = {}
         pubs: dict[int, dict] = {}
+        stop_at = None if not duration else t_start + duration
         while len(subs) < subscribers or len(pubs) < partitions:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 raise TimeoutError(f"run did not finish within {time_limit} s")
+            if stop_at is not None and now >= stop_at:
+                with ctl.get_lock():
+                    ctl[partitions] = max(ctl[:partitions]) + 1
+                stop_at = None
+            wait = min(left, 1.0) if stop_at is None else max(0.001, min(left, stop_at - now))
             try:
-                kind_, who, value = q.get(timeout=min(left, 1.0))
+                kind_, who, value = q.get(timeout=wait)
             except _queue.Empty:
                 dead = [pr for pr in procs if not pr.is_alive() and pr.exitcode not in (0, None)]
                 if dead:
@@ -633,6 +736,7 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
                 subs[who] = value
             elif kind_ == "published":
                 pubs[who] = value
+        b_cpu1 = _broker_cpu(broker)
     except Exception as exc:
         row.update(ok=False, error=str(exc).strip().splitlines()[0][:500], detail=str(exc)[-3000:])
         return row
@@ -642,6 +746,10 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
             if pr.is_alive():
                 pr.kill()
                 pr.join(2)
+    if duration:
+        expected = sum(pubs[p]["records"] for p in range(partitions))
+        epochs = expected // (mpe * per_message)
+        row.update(expected_records=expected, epochs=epochs, messages=epochs * mpe)
     received = [subs[i]["records"] for i in range(subscribers)]
     ok = all(r == expected for r in received)
     row["received_records"] = received
@@ -659,13 +767,27 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
     row["messages_per_s"] = min(rates) / per_message
     row["sub_cpu_s"] = [round(subs[i]["cpu_s"], 3) for i in range(subscribers)]
     row["pub_cpu_s"] = [round(pubs[p]["cpu_s"], 3) for p in range(partitions)]
+    mrec = expected / 1e6
+    # CPU seconds per million records: publishers together (per record sent), each subscriber
+    # (per record it received), the broker (per record published)
+    row["pub_cpu_s_per_M"] = sum(pubs[p]["cpu_s"] for p in range(partitions)) / mrec
+    row["sub_cpu_s_per_M"] = [subs[i]["cpu_s"] / mrec for i in range(subscribers)]
+    if broker is not None and b_cpu0 is not None and b_cpu1 is not None:
+        row["broker_cpu_s"] = round(b_cpu1 - b_cpu0, 3)
+        row["broker_cpu_s_per_M"] = (b_cpu1 - b_cpu0) / mrec
+    # data messages that crossed the wire per record (at subscriber 0; epochstream coalesces)
+    row["wire_messages_per_record"] = subs[0]["messages"] / expected
+    row["sub_gc"] = [subs[i].get("gc") for i in range(subscribers)]
+    row["pub_gc"] = [pubs[p].get("gc") for p in range(partitions)]
+    if system == "epochstream":
+        row["pub_stats"] = [pubs[p].get("stats") for p in range(partitions)]
     if mode == "latency":
         lat = []
         for i in range(subscribers):
             rel = subs[i]["release"]
             for e in range(epochs):
                 t0 = max(t_last_send[p * epochs + e] for p in range(partitions))
-                if rel[e] and t0:
+                if rel.get(e) and t0:
                     lat.append(rel[e] - t0)
         lat.sort()
         row["latency_samples"] = len(lat)

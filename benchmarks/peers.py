@@ -91,7 +91,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def redis_server(binary: str):
-    """Yield ``(port, version)`` of a fresh redis-server on 127.0.0.1."""
+    """Yield ``(port, version, pid)`` of a fresh redis-server on 127.0.0.1."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-redis-") as d:
         proc = subprocess.Popen(
@@ -102,14 +102,14 @@ def redis_server(binary: str):
         try:
             _wait_port(port, proc)
             version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
-            yield port, version
+            yield port, version, proc.pid
         finally:
             _stop(proc)
 
 
 @contextlib.contextmanager
 def nats_server(binary: str):
-    """Yield ``(port, version)`` of a fresh nats-server on 127.0.0.1 (core NATS, no JetStream)."""
+    """Yield ``(port, version, pid)`` of a fresh nats-server on 127.0.0.1 (core NATS, no JetStream)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-nats-") as d:
         conf = os.path.join(d, "nats.conf")
@@ -121,6 +121,6 @@ def nats_server(binary: str):
         try:
             _wait_port(port, proc)
             version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
-            yield port, version
+            yield port, version, proc.pid
         finally:
             _stop(proc)

@@ -4,82 +4,44 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
-from . import DOCS, IMG, RESULTS, load_result, median
+from . import DOCS, IMG, RESULTS, load_result, median, paired
 
-TARGETS_TEXT = {
-    "zmq": "epochstream / raw pyzmq ≥ 0.9 at 1000 records per message",
-    "redis": "≥ 1.3× Redis pub/sub (delivered records/s), 1 and 1000 records per message",
-    "nats": "≥ 1.3× NATS core (delivered records/s), 1 and 1000 records per message",
-    "filter": "header-drop path at 50 % pass rate ≥ 1.6× decode-everything",
-    "arrow": "Arrow payloads ≥ 10M records/s delivered to one subscriber",
-    "spark": "Spark sink ≥ 0.8× noop sink",
-}
+RULES = """\
+## Measurement rules
 
-# Findings from profiling (py-spy / cProfile) of the paths that miss a target. Kept here so that
-# regenerating the report keeps them; the numbers in the tables above are always the live ones.
-ANALYSIS = """\
-## What limits the missed targets (profiling)
-
-Profiles were taken with `py-spy record` (publisher process, all threads) and `cProfile`
-(subscriber, in process); commands are in "How to profile" below.
-
-**What profiling found and what was fixed** (all in `epochstream/transport.py`; the tables above
-are measured after these fixes):
-
-1. *A lost wake-up between the publisher's callers and its loop* (a bug, not a tuning): a
-   wake-up consumed while the loop was already draining left the "kicked" flag set, so the next
-   call waited up to one heartbeat interval (1 s). Under the benchmark's window flow control this
-   capped 1-record messages at ~2k/s. Fixed, with a regression test
-   (`test_no_lost_wakeup_between_caller_and_publisher_loop`) that fails without the fix.
-2. *Publisher, one `inproc` round trip per call* → commands go through a deque with one wake-up
-   byte per batch of calls (publisher CPU per 1-record message 17 → ~5 µs).
-3. *Batching without linger*: when the loop finds several msgpack sends for the same epoch
-   already queued, it sends them as one message (array headers rewritten, records not decoded;
-   `coalesce_bytes`, 64 KiB). Nothing waits for a batch to fill, so latency is unchanged (p50
-   ~0.5 ms at 1 record per message). This is what puts 1-record messages at ~2× raw pyzmq,
-   Redis and NATS, which send every record as its own message.
-4. *Subscriber, per message*: a verdict cache per raw header bytes (invalidated when the filter
-   changes) and a single filter evaluation (`SubscriberProtocol.deliver`).
-5. *Subscriber, eager decoding*: `_poll` decoded up to 1000 messages before handing out the
-   first, so millions of records were alive at once and every cyclic-GC pass crawled (tuples at
-   1000 per message: 2.2M → 3.9M records/s). Payloads are now decoded as they are handed out.
-
-**What still limits the missed targets.**
-
-- *1000 records per message, msgpack (dicts, tuples) vs raw pyzmq*: the subscriber process is
-  the limit, decoding. Epochstream's per-message overhead (header cache, protocol check, epoch
-  assembly) is ~5–10 µs against ~100 µs (tuples) to ~1 ms (dicts) of msgpack decoding, yet the
-  ratio stays at 0.6–0.7. The difference is the second core: the raw PUB publisher is one thread
-  doing nothing but `send`, while epochstream's publisher runs a caller thread and a loop thread
-  (GIL hand-offs, the per-subscriber ROUTER send with `ROUTER_MANDATORY`), and both compete with
-  the subscriber for the machine's 2 cores. With `epochs()` the records are also kept until their
-  epoch completes (that is the API's point), which adds allocation and GC work.
-- *Arrow, 1 record per message*: Arrow IPC framing costs ~30 µs per message on each side
-  whatever the row count; Arrow messages are not coalesced (one RecordBatch per message). Use
-  msgpack for tiny messages, or batch rows before sending — that is what Arrow is for.
-- *Arrow, 1000 records per message vs raw pyzmq*: both deliver >10M records/s; the raw receiver
-  only wraps the buffer. The gap is the publisher's second thread on a 2-core machine and the
-  `recv_multipart` copy of ~38 KB frames (the subscriber's largest single cost in the profile).
-- *Header drop at 50 % with 1 record per message*: dropping saves decoding one record, which
-  costs about what decoding the header costs; the 1.6× target is met from 100 records per message.
-
-**Spark sink.** Measured against a warm noop sink and a null *Python* sink (consumes the Arrow
-batches, commits nothing): PySpark's Python-sink machinery (Python workers, Arrow transfer to
-them, the driver-side `commit()` worker) is what separates any Python sink from `noop`;
-epochstream's staging, FLUSH acknowledgement and publishing add little on top of the null Python
-sink. An earlier run that did not warm the sink's Python workers charged their start-up (~6 s) to
-one short query and reported 0.26×; the steady-state rate excludes the first micro-batch.
+- Throughput runs are time-based: at least 5 s each in `make bench` (`--quick` runs are shorter
+  and every table says so); the publishers stop together at the first epoch boundary after
+  the duration, and every record is counted at every subscriber (a run that loses or duplicates
+  any is reported as failed, never as a number).
+- Comparisons are paired: the variants run back to back in the same order in every repeat
+  (A, B, C, A, B, C, ...), at least 5 repeats; a ratio is taken between the two runs of one
+  repeat, and reported as median with min–max over the repeats.
+- A target is **met** only if the *minimum* of its paired ratios meets it; "not met" when the
+  median or max does but the minimum does not; "missed" when not even the max does.
+- Equal batching: every system gets the same records per wire message. epochstream appears with
+  coalescing off (`Publisher(coalesce_bytes=0)`, one payload = one wire message, like the peers)
+  for the comparisons, and with coalescing on (the default) beside it, labelled, with its wire
+  messages per record.
+- Reported with every run: CPU seconds per million records of the publisher, the subscriber and
+  (Redis, NATS) the broker process (psutil); wire messages per record; garbage collections in
+  the subscriber (`gc.get_stats()` deltas per generation); the machine, versions and the
+  1-minute load average before each run.
 """
 
-RECOMMENDED = """## Further ideas (not applied)
+TARGETS = {"zmq": 0.9, "redis": 1.3, "nats": 1.3}
 
-- `Subscriber._poll`: `recv_multipart(copy=False)` for payloads ≥ 64 KiB (Arrow batches) would
-  save the largest remaining per-message cost for big frames.
-- `stats` as plain int attributes rather than a `Counter` on the per-message path.
-- Coalescing Arrow payloads (concatenating RecordBatches) for small Arrow messages.
+NOT_YET = """\
+## Not measured yet
+
+Partitions 1–16 and antichain widths 1–64 end to end; late join (time from `Subscriber(...)` to
+its first complete epoch); latency under load (p50/p99/p99.9 at 10/50/90 % of peak, >= 10,000
+samples); memory per subscriber and per queued message; the physical limits of this machine
+(memcpy, libzmq's own throughput, decode-only loops for msgpack and Arrow) and epochstream as a
+fraction of each. Until they are, this page makes no claim about them.
 """
 
 PROFILE_HOWTO = """\
@@ -133,227 +95,211 @@ def _save(fig, name: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-def _targets(filt, e2e, peers, spark) -> list:
+def _pm(x, fmt=_fmt_ratio) -> str:
+    """``median (min–max, n=N)`` of a paired summary."""
+    if not x:
+        return "–"
+    return f"{fmt(x['median'])} ({fmt(x['min'])}–{fmt(x['max'])}, n={x['n']})"
+
+
+def _mode(r) -> str:
+    if not r:
+        return ""
+    sec = r.get("seconds_per_run")
+    q = "**quick**" if r.get("quick") else "full"
+    extra = ""
+    if sec is not None:
+        extra = f", {sec:g} s per run" + (" (shorter than the 5 s rule)" if sec < 5 else "")
+    if r.get("repeats"):
+        extra += f", {r['repeats']} paired repeats" + (" (fewer than the 5 the rules ask)" if r["repeats"] < 5 else "")
+    return q + extra
+
+
+def _targets(filt, e2e, peers, fanout, spark) -> list:
     rows = []
     if peers and peers.get("summary"):
         for s in peers["summary"]:
-            r = s["records_per_message"]
-            for other, min_ratio, rs in (("zmq", 0.9, (1000,)), ("redis", 1.3, (1, 1000)),
-                                         ("nats", 1.3, (1, 1000))):
-                if r not in rs:
+            where = f"{s['payload']}, {s['records_per_message']} rec/msg"
+            for x in s["ratios"]:
+                if x["target"] is None or x["a"] != "epochstream":
                     continue
-                for api in ("epochs", "events"):
-                    ratio = s.get(f"ratio_{api}_vs_{other}")
-                    theirs = s.get(other)
-                    if ratio is None:
-                        verdict = ("peer failed" if theirs == "failed" else
-                                   "epochstream failed" if s.get(f"epochstream/{api}") == "failed"
-                                   else "not measured")
-                    else:
-                        verdict = "met" if ratio >= min_ratio else "missed"
-                    rows.append((TARGETS_TEXT[other], f"{s['payload']}, R={r}, `{api}()`",
-                                 _fmt_ratio(ratio), verdict))
+                rows.append((f"epochstream ≥ {x['target']}× {x['b']} (equal batching, records/s)", where,
+                             _pm(x["paired"]), x["verdict"]))
     if filt and filt.get("ratios"):
-        for method in ("header_drop", "transport"):
-            for rpm in sorted({x["records_per_message"] for x in filt["ratios"]}):
-                sel = [x["ratio_vs_decode_all"] for x in filt["ratios"] if x["method"] == method
-                       and x["pass_rate"] == 0.5 and x["records_per_message"] == rpm]
-                if not sel:
-                    continue
-                med = median(sel)
-                rows.append((TARGETS_TEXT["filter"], f"`{method}`, R={rpm} (median of {len(sel)} filter "
-                             f"shapes; min {min(sel):.2f}×, max {max(sel):.2f}×)", _fmt_ratio(med),
-                             "met" if med >= 1.6 else "missed"))
-    if e2e and e2e.get("rows"):
-        for r in e2e["rows"]:
-            if (r["payload"] == "arrow" and r["subscribers"] == 1 and r["mode"] == "throughput"
-                    and r["records_per_message"] == 1000):
-                v = r.get("records_per_s") if r["ok"] else None
-                rows.append((TARGETS_TEXT["arrow"],
-                             f"R=1000, {r['partitions']} partition(s), `{r['api']}()`",
-                             _fmt_rate(v) + " rec/s" if v else "failed",
-                             "met" if v and v >= 10e6 else "missed"))
+        for x in filt["ratios"]:
+            if x["pass_rate"] != 0.5 or not x.get("paired"):
+                continue
+            rows.append(("filter at 50 % pass ≥ 1.6× decode-everything (records/s consumed)",
+                         f"`{x['method']}`, {x['records_per_message']} rec/msg, {x['order']} k={x['filter_size']}",
+                         _pm(x["paired"]), paired.verdict(x["paired"], 1.6)))
+    if fanout and fanout.get("summary"):
+        for x in fanout["summary"]:
+            if x["subscribers"] > 1 and x.get("pub_cpu_us_per_added_sub"):
+                v = x["pub_cpu_us_per_added_sub"]
+                rows.append(("publisher CPU per added subscriber ≤ 15 µs per 38 KB message",
+                             f"{x['subscribers']} subscribers vs 1 (Arrow, 1000 rec/msg)",
+                             _pm(v, lambda y: f"{y:.1f} µs"), paired.verdict(v, 15.0, higher_is_better=False)))
+    rows.append(("subscriber ≥ 0.7× the decode-only ceiling (tuples)", "–", "–", "not measured yet"))
+    rows.append(("Arrow ≥ 0.8× pyzmq's 38 KB-frame limit", "–", "–", "not measured yet"))
     if spark:
         if not spark.get("available", True):
-            rows.append((TARGETS_TEXT["spark"], "–", "–", f"not available: {spark.get('reason')}"))
+            rows.append(("Spark sink ≥ 0.8× noop sink", "–", "–", f"not available: {spark.get('reason')}"))
         else:
-            ratio = spark.get("ratio_vs_noop")
-            rows.append((TARGETS_TEXT["spark"], f"{spark.get('days')} days, {spark.get('days_per_batch')} days/batch",
-                         _fmt_ratio(ratio), "met" if ratio and ratio >= 0.8 else "missed"))
+            by = {}
+            for r in spark.get("rows", []):
+                if r.get("ok") and r.get("rows_per_s"):
+                    by.setdefault(r.get("repeat"), {})[r["sink"]] = r["rows_per_s"]
+            rs = [g["epochstream"] / g["noop"] for g in by.values() if "epochstream" in g and "noop" in g]
+            ps = paired.summary(rs)
+            rows.append(("Spark sink ≥ 0.8× noop sink (rows/s)",
+                         f"{spark.get('days')} days, {spark.get('days_per_batch')} days/batch; "
+                         f"{len(rs)} paired run(s) — fewer than 5", _pm(ps), paired.verdict(ps, 0.8)))
     return rows
 
 
 def _filter_section(filt) -> list[str]:
     out = ["## Filter throughput (subscriber side, in process)\n",
-           "Pre-built `[kind, header, payload]` frames of msgpack dict records, no sockets. "
-           "`header_drop`: `decode_time` + `passes` + payload decode only when passing; "
-           "`transport`: the real `Subscriber._handle` + `_decoded` path (verdict cache per header); "
-           "`decode_all`: decode every payload, then filter. *consumed* counts every message "
-           "examined, *delivered* only the passing ones. int times allow only a 1-element "
-           "antichain (a total order has no larger one).\n"]
+           f"Run: {_mode(filt)}; {filt.get('rounds')} interleaved rounds of {filt.get('min_time_s', 0):g} s "
+           "per method (in process, CPU-bound). Pre-built `[kind, header, payload]` frames of "
+           "msgpack dict records, no sockets. `header_drop`: `decode_time` + `passes` + payload "
+           "decode only when passing; `transport`: a user's `for item, _ in sub.events()` loop over a "
+           "real `Subscriber` whose socket read is replaced by the frames; `decode_all`: decode every "
+           "payload, then filter. Every method decodes what passes and visits every delivered "
+           "record. *consumed* counts every message examined, *delivered* only the passing ones.\n"]
     rows = filt["rows"]
-    key = lambda r: (r["records_per_message"], r["order"], r["filter_size"], r["pass_rate"])  # noqa: E731
     groups = {}
     for r in rows:
-        groups.setdefault(key(r), {})[r["method"]] = r
+        k = (r["records_per_message"], r["order"], r["filter_size"], r["pass_rate"])
+        groups.setdefault(k, {}).setdefault(r["method"], []).append(r)
+    ratios = {(x["records_per_message"], x["order"], x["filter_size"], x["pass_rate"], x["method"]): x
+              for x in filt.get("ratios", [])}
     trows = []
-    for (rpm, order, k, pr), g in sorted(groups.items()):
-        cells = [rpm, order, k, f"{pr:.0%}"]
+    for k, g in sorted(groups.items()):
+        rpm, order, fk, pr = k
+        cells = [rpm, order, fk, f"{pr:.0%}"]
         for m in ("header_drop", "transport", "decode_all"):
-            x = g.get(m)
-            cells.append("–" if x is None else
-                         f"{_fmt_rate(x['messages_per_s'])} / {_fmt_rate(x['records_per_s_consumed'])} / "
-                         f"{_fmt_rate(x['records_per_s_delivered'])}")
-        base = g.get("decode_all")
-        hd = g.get("header_drop")
-        cells.append(_fmt_ratio(hd["records_per_s_consumed"] / base["records_per_s_consumed"])
-                     if hd and base else "–")
+            xs = g.get(m, [])
+            cells.append("–" if not xs else
+                         f"{_fmt_rate(median(x['records_per_s_consumed'] for x in xs))} / "
+                         f"{_fmt_rate(median(x['records_per_s_delivered'] for x in xs))}")
+        for m in ("header_drop", "transport"):
+            x = ratios.get((*k, m))
+            cells.append(_pm(x.get("paired")) if x else "–")
         trows.append(cells)
-    out.append("Cells: messages/s / records/s consumed / records/s delivered.\n")
-    out.append(_table(["records/msg", "times", "filter size", "pass rate", "header_drop",
-                       "transport", "decode_all", "header_drop ÷ decode_all"], trows))
-    try:
-        plt = _plt()
-        rpms = sorted({r["records_per_message"] for r in rows})
-        fig, axes = plt.subplots(1, len(rpms), figsize=(4.2 * len(rpms), 3.4), squeeze=False)
-        for ax, rpm in zip(axes[0], rpms):
-            for m, style in (("header_drop", "o-"), ("transport", "s--"), ("decode_all", "^:")):
-                sel = sorted((r["pass_rate"], r["records_per_s_consumed"]) for r in rows
-                             if r["method"] == m and r["records_per_message"] == rpm
-                             and r["order"] == "product(2)" and r["filter_size"] == 1)
-                if sel:
-                    ax.plot([p * 100 for p, _ in sel], [v / 1e6 for _, v in sel], style, label=m)
-            ax.set_yscale("log")
-            ax.set_title(f"{rpm} record(s)/message, product(2), k=1")
-            ax.set_xlabel("pass rate (%)")
-            ax.set_ylabel("records/s consumed (M)")
-            ax.legend(fontsize=8)
-        out.append(f"\n![filter throughput]({_save(fig, 'filter.png')})\n")
-    except Exception as exc:  # plots are a bonus; tables are the record
-        out.append(f"\n(plot failed: {exc})\n")
+    out.append("Cells: median records/s consumed / delivered; ratios: paired median (min–max).\n")
+    out.append(_table(["rec/msg", "times", "filter size", "pass rate", "header_drop", "transport",
+                       "decode_all", "header_drop ÷ decode_all", "transport ÷ decode_all"], trows))
     return out
 
 
 def _e2e_section(e2e) -> list[str]:
     out = ["## End to end (epochstream, tcp on 127.0.0.1, separate processes)\n",
-           "Publisher process(es) → subscriber processes, window flow control against the slowest "
-           "subscriber, every record counted at every subscriber. *per sub* = records/s of the "
-           "slowest subscriber; *total* = delivered to all subscribers together.\n"]
+           f"Run: {_mode(e2e)}; one run per configuration (not paired: no comparison is drawn "
+           "here). Publisher process(es) → one subscriber process, window flow control, every "
+           "record counted. Coalescing is on (the default). *GC* = collections per generation "
+           "in the subscriber during the run.\n"]
     thr = [r for r in e2e["rows"] if r["mode"] == "throughput"]
     trows = []
-    for r in sorted(thr, key=lambda r: (r["subscribers"], r["partitions"], r["records_per_message"],
-                                        r["payload"], r["api"])):
+    for r in sorted(thr, key=lambda r: (r["partitions"], r["records_per_message"], r["payload"], r["api"])):
+        head = (r["partitions"], r["records_per_message"], r["payload"], f"`{r['api']}()`")
         if r["ok"]:
-            trows.append((r["subscribers"], r["partitions"], r["records_per_message"], r["payload"],
-                          f"`{r['api']}()`", _fmt_rate(r["records_per_s"]), _fmt_rate(r["records_per_s_total"]),
-                          _fmt_rate(r["messages_per_s"]), f"{r['seconds']:.2f}", r.get("loadavg_before", "")))
+            trows.append(head + (_fmt_rate(r["records_per_s"]), f"{r['seconds']:.1f}",
+                                 f"{r['pub_cpu_s_per_M']:.2f}", f"{r['sub_cpu_s_per_M'][0]:.2f}",
+                                 f"{r['wire_messages_per_record']:.4g}", r["sub_gc"][0],
+                                 r.get("loadavg_before", "")))
         else:
-            trows.append((r["subscribers"], r["partitions"], r["records_per_message"], r["payload"],
-                          f"`{r['api']}()`", "**failed**", r.get("error", "")[:80], "", "", ""))
-    out.append(_table(["subs", "partitions", "records/msg", "payload", "API", "rec/s per sub",
-                       "rec/s total", "msg/s per sub", "s", "load"], trows))
+            trows.append(head + ("**failed**", r.get("error", "")[:80], "", "", "", "", ""))
+    out.append(_table(["partitions", "rec/msg", "payload", "API", "rec/s", "s", "pub CPU s / M rec",
+                       "sub CPU s / M rec", "wire msgs / rec", "sub GC", "load"], trows))
     lat = [r for r in e2e["rows"] if r["mode"] == "latency"]
     if lat:
-        out.append("\n### Epoch latency\n\nOne epoch at a time; from the start of the send of the "
-                   "epoch's last batch (then `advance_to`) to the subscriber's `Epoch` "
-                   "(`epochs()` API), the latest partition counting.\n")
+        out.append("\n### Epoch latency, idle system\n\nOne epoch at a time (the publisher waits for "
+                   "the release before the next epoch: no load); from the start of the send of the "
+                   "epoch's last batch (then `advance_to`) to the subscriber's `Epoch`, the latest "
+                   "partition counting. Latency under load is not measured yet.\n")
         lrows = []
         for r in lat:
             if r["ok"]:
-                lrows.append((r["subscribers"], r["partitions"], r["records_per_message"], r["payload"],
+                lrows.append((r["partitions"], r["records_per_message"], r["payload"],
                               r["messages_per_epoch"], r["latency_samples"], f"{r['latency_p50_ms']:.2f}",
                               f"{r['latency_p99_ms']:.2f}"))
             else:
-                lrows.append((r["subscribers"], r["partitions"], r["records_per_message"], r["payload"],
+                lrows.append((r["partitions"], r["records_per_message"], r["payload"],
                               r["messages_per_epoch"], "**failed**", r.get("error", "")[:80], ""))
-        out.append(_table(["subs", "partitions", "records/msg", "payload", "msgs/epoch", "epochs",
+        out.append(_table(["partitions", "records/msg", "payload", "msgs/epoch", "samples",
                            "p50 ms", "p99 ms"], lrows))
-    try:
-        plt = _plt()
-        fig, ax = plt.subplots(figsize=(8, 3.8))
-        kinds = ("dicts", "tuples", "arrow")
-        labels = []
-        for kind_i, kind in enumerate(kinds):
-            for api_i, api in enumerate(("epochs", "events")):
-                xs, ys = [], []
-                for i, rpm in enumerate((1, 100, 1000)):
-                    sel = [r for r in thr if r["ok"] and r["payload"] == kind and r["api"] == api
-                           and r["records_per_message"] == rpm and r["subscribers"] == 1
-                           and r["partitions"] == 1]
-                    if sel:
-                        xs.append(i + (kind_i * 2 + api_i) * 0.13 - 0.33)
-                        ys.append(sel[0]["records_per_s"] / 1e6)
-                if xs:
-                    ax.bar(xs, ys, width=0.12, label=f"{kind} {api}()")
-                    labels.append(kind)
-        ax.set_xticks([0, 1, 2], ["1 rec/msg", "100 rec/msg", "1000 rec/msg"])
-        ax.set_yscale("log")
-        ax.set_ylabel("records/s delivered (M)")
-        ax.set_title("epochstream, 1 publisher → 1 subscriber")
-        ax.legend(fontsize=7, ncol=3)
-        out.append(f"\n![e2e throughput]({_save(fig, 'e2e_throughput.png')})\n")
-        fig, ax = plt.subplots(figsize=(8, 3.6))
-        for kind in kinds:
-            for parts in (1, 2):
-                sel = sorted((r["subscribers"], r["records_per_s_total"]) for r in thr
-                             if r["ok"] and r["payload"] == kind and r["partitions"] == parts
-                             and r["records_per_message"] == 1000 and r["api"] == "epochs")
-                if len(sel) > 1:
-                    ax.plot([s for s, _ in sel], [v / 1e6 for _, v in sel], "o-",
-                            label=f"{kind}, {parts} partition(s)")
-        ax.set_xlabel("subscribers")
-        ax.set_ylabel("records/s, all subscribers (M)")
-        ax.set_yscale("log")
-        ax.set_title("fan-out, 1000 records/message, epochs()")
-        ax.legend(fontsize=7)
-        out.append(f"\n![e2e fan-out]({_save(fig, 'e2e_fanout.png')})\n")
-    except Exception as exc:
-        out.append(f"\n(plot failed: {exc})\n")
     return out
 
 
 def _peers_section(peers) -> list[str]:
-    out = ["## Peers: raw pyzmq, Redis pub/sub, NATS core (same payloads, same run)\n",
-           f"One subscriber, one partition; systems interleaved, {peers.get('repeats', 1)} repeat(s), "
-           "median records/s delivered and decoded at the subscriber. Servers: "
-           + "; ".join(f"{k}: {v}" for k, v in peers.get("servers", {}).items()) + ".\n"]
-    variants = ["epochstream/epochs", "epochstream/events", "zmq", "redis", "nats"]
-    srows = []
+    out = ["## Peers: raw pyzmq, Redis pub/sub, NATS core (same payloads, same batching, paired)\n",
+           f"Run: {_mode(peers)}. One publisher, one subscriber, one partition, `events()` API. "
+           "`epochstream` = `Publisher(coalesce_bytes=0)`: one payload per wire message, like every "
+           "peer (**equal batching**). `epochstream+coalesce` = the default Publisher, which merges "
+           "queued same-epoch msgpack payloads into one wire message: **different batching**, shown "
+           "for what it buys, never scored against the peers. Raw pyzmq = the same three frames "
+           "without the protocol: a baseline with equal framing, batching and decoding, not a limit "
+           "of the transport. Redis: redis-py " + ("with hiredis" if any(r.get("hiredis") for r in peers["rows"])
+                                                else "(hiredis not loaded)") +
+           ", pipelined publish, `pubsub.listen()`; NATS: nats-py, async subscription callback. "
+           "Servers: " + "; ".join(f"{k}: {v}" for k, v in peers.get("servers", {}).items()) + ".\n"]
     for s in peers["summary"]:
-        srows.append([s["records_per_message"], s["payload"]] + [_fmt_rate(s.get(v)) for v in variants]
-                     + [_fmt_ratio(s.get(f"ratio_events_vs_{o}")) for o in ("zmq", "redis", "nats")]
-                     + [_fmt_ratio(s.get(f"ratio_epochs_vs_{o}")) for o in ("zmq", "redis", "nats")])
-    out.append(_table(["records/msg", "payload", "epochstream epochs()", "epochstream events()",
-                       "raw pyzmq", "Redis", "NATS", "events÷zmq", "events÷Redis", "events÷NATS",
-                       "epochs÷zmq", "epochs÷Redis", "epochs÷NATS"], srows))
+        out.append(f"\n### {s['payload']}, {s['records_per_message']} record(s) per send\n")
+        vrows = []
+        for v, x in s["variants"].items():
+            f2 = lambda y: f"{y:.2f}"  # noqa: E731
+            vrows.append((v, f"{x['runs'] - x['failed']}/{x['runs']}", _pm(x["records_per_s"], _fmt_rate),
+                          _pm(x["pub_cpu_s_per_M"], f2), _pm(x["sub_cpu_s_per_M"], f2),
+                          _pm(x["broker_cpu_s_per_M"], f2),
+                          _pm(x["wire_messages_per_record"], lambda y: f"{y:.4g}"),
+                          _pm(x["sub_gc_collections"], lambda y: f"{y:.0f}")))
+        out.append("Each cell: median (min–max, n) over the repeats.\n")
+        out.append(_table(["variant", "ok runs", "records/s", "pub CPU s / M rec", "sub CPU s / M rec",
+                           "broker CPU s / M rec", "wire msgs / record", "sub GC collections"], vrows))
+        rrows = [(f"{x['a']} ÷ {x['b']}", x["what"], _pm(x["paired"]),
+                  f"≥ {x['target']}: {x['verdict']}" if x["target"] else "(no target)") for x in s["ratios"]]
+        out.append("\nPaired ratios of records/s:\n")
+        out.append(_table(["ratio", "batching", "median (min–max, n)", "target"], rrows))
     fails = [r for r in peers["rows"] if not r["ok"]]
     if fails:
         out.append("\nFailed runs (reported as failures, not numbers):\n")
-        out += [f"- {r['variant']} {r['payload']} R={r['records_per_message']} {r['mode']}: {r.get('error')}\n"
+        out += [f"- {r['variant']} {r['payload']} R={r['records_per_message']} #{r.get('repeat')}: {r.get('error')}\n"
                 for r in fails]
-    lat = [r for r in peers["rows"] if r["mode"] == "latency"]
-    if lat:
-        out.append("\n### Epoch latency, same method for every system\n\nFor the peers, an "
-                   "end-of-epoch marker message plays the role of `advance_to`.\n")
-        out.append(_table(["records/msg", "payload", "system", "p50 ms", "p99 ms"],
-                          [(r["records_per_message"], r["payload"], r["variant"],
-                            f"{r['latency_p50_ms']:.2f}" if r["ok"] else "failed",
-                            f"{r['latency_p99_ms']:.2f}" if r["ok"] else r.get("error", "")[:60])
-                           for r in lat]))
+    return out
+
+
+def _fanout_section(fo) -> list[str]:
+    out = ["## Fan-out: one publisher → N subscribers\n",
+           f"Run: {_mode(fo)}. Arrow, {fo.get('records_per_message')} records per message "
+           "(37.7 KB), one partition, `events()`, each subscriber its own process; subscriber counts "
+           "interleaved within each repeat. *per added subscriber* = (publisher CPU per message at N "
+           "− at 1) ÷ (N − 1), paired within a repeat. All processes share the machine's cores.\n"]
+    rows = []
+    for x in fo["summary"]:
+        rows.append((x["subscribers"], f"{x['ok_runs']}/{x['runs']}", _pm(x["records_per_s_per_sub"], _fmt_rate),
+                     _pm(x["records_per_s_total"], _fmt_rate),
+                     _pm(x["pub_cpu_us_per_message"], lambda y: f"{y:.0f}"),
+                     _pm(x["pub_cpu_us_per_message_per_sub"], lambda y: f"{y:.1f}"),
+                     _pm(x["pub_cpu_us_per_added_sub"], lambda y: f"{y:.1f}"),
+                     _pm(x["sub_cpu_s_per_M"], lambda y: f"{y:.2f}")))
+    out.append(_table(["subscribers", "ok runs", "rec/s per sub (slowest)", "rec/s all subs",
+                       "pub µs CPU / msg", "pub µs / msg / sub", "pub µs per added sub",
+                       "sub CPU s / M rec"], rows))
     try:
         plt = _plt()
-        configs = [(s["records_per_message"], s["payload"]) for s in peers["summary"]]
-        fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(configs)), 3.8))
-        w = 0.16
-        for i, v in enumerate(variants):
-            ys = [s.get(v) if isinstance(s.get(v), float) else 0 for s in peers["summary"]]
-            ax.bar([j + (i - 2) * w for j in range(len(configs))], [y / 1e6 for y in ys], width=w, label=v)
-        ax.set_xticks(range(len(configs)), [f"{p}\n{r} rec/msg" for r, p in configs], fontsize=8)
-        ax.set_yscale("log")
-        ax.set_ylabel("records/s delivered (M)")
-        ax.legend(fontsize=7, ncol=3)
-        ax.set_title("same payloads, one subscriber")
-        out.append(f"\n![peers]({_save(fig, 'peers.png')})\n")
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        xs = [x["subscribers"] for x in fo["summary"] if x["records_per_s_total"]]
+        ys = [x["records_per_s_total"]["median"] / 1e6 for x in fo["summary"] if x["records_per_s_total"]]
+        ax.plot(xs, ys, "o-", label="records/s, all subscribers")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("subscribers")
+        ax.set_ylabel("M records/s (median)")
+        ax2 = ax.twinx()
+        ys2 = [x["pub_cpu_us_per_message_per_sub"]["median"] for x in fo["summary"] if x["pub_cpu_us_per_message_per_sub"]]
+        ax2.plot(xs[:len(ys2)], ys2, "s--", color="tab:red", label="pub µs / msg / sub")
+        ax2.set_ylabel("publisher µs CPU per message per subscriber")
+        ax.set_title("fan-out, Arrow 1000 records/message")
+        out.append(f"\n![fan-out]({_save(fig, 'fanout.png')})\n")
     except Exception as exc:
         out.append(f"\n(plot failed: {exc})\n")
     return out
@@ -427,38 +373,110 @@ def _machine_section(results) -> list[str]:
     return lines
 
 
+def _gc_findings(peers) -> list[str]:
+    """What the subscriber's GC counts show, from the peers JSON (no claim beyond it)."""
+    if not peers or not peers.get("summary"):
+        return []
+    lines = []
+    for s in peers["summary"]:
+        v = s["variants"]
+        cells = []
+        for name in ("epochstream", "epochstream+coalesce", "zmq"):
+            x = v.get(name)
+            if x and x.get("sub_gc_collections") and x.get("sub_cpu_s_per_M"):
+                cells.append(f"{name}: {x['sub_gc_collections']['median']:.0f} collections, "
+                             f"{x['sub_cpu_s_per_M']['median']:.2f} s CPU / M records, "
+                             f"{x['wire_messages_per_record']['median']:.4g} wire msgs / record")
+        if cells:
+            lines.append(f"- {s['payload']}, {s['records_per_message']} rec/send — " + "; ".join(cells) + "\n")
+    if not lines:
+        return []
+    return ["## Garbage collection in the subscriber\n",
+            "Medians over the paired repeats of the `peers` case (collections of all generations "
+            "during one run, `gc.get_stats()` deltas). Coalescing merges payloads into larger "
+            "arrays, so one decode allocates more objects at once; compare the counts and the "
+            "subscriber CPU per record with coalescing on and off:\n", *lines]
+
+
+def _expect(peers, fanout) -> list[str]:
+    """The three-line "what to expect" summary, from the JSON."""
+    out = []
+    if peers and peers.get("summary"):
+        parts = []
+        for s in peers["summary"]:
+            for x in s["ratios"]:
+                if x["a"] == "epochstream" and x["b"] == "zmq" and x["paired"]:
+                    parts.append(f"{x['paired']['median']:.2f}× ({x['paired']['min']:.2f}–{x['paired']['max']:.2f}) "
+                                 f"at {s['records_per_message']} {s['payload']} per message")
+        if parts:
+            out.append("1. **Equal batching** (one payload per wire message for every system): epochstream "
+                       "delivers " + ", ".join(parts) + " of raw pyzmq's records/s; the Redis and NATS "
+                       "ratios are in the targets table.")
+        parts = []
+        for s in peers["summary"]:
+            for x in s["ratios"]:
+                if x["a"] == "epochstream+coalesce" and x["b"] == "epochstream" and x["paired"]:
+                    w = s["variants"]["epochstream+coalesce"]["wire_messages_per_record"]
+                    parts.append(f"{x['paired']['median']:.2f}× at {s['records_per_message']} {s['payload']} "
+                                 f"per send ({1 / w['median']:.0f} records per wire message)" if w else "")
+        if parts:
+            out.append("2. **Coalescing** (the default) changes the batching, not the protocol: it "
+                       "gives " + ", ".join(p for p in parts if p) + " against coalescing off.")
+    if fanout and fanout.get("summary"):
+        xs = [x for x in fanout["summary"] if x.get("pub_cpu_us_per_message_per_sub")]
+        if xs:
+            out.append("3. **Fan-out** (Arrow, 38 KB messages): publisher CPU per message per subscriber, "
+                       "median: " + ", ".join(f"{x['pub_cpu_us_per_message_per_sub']['median']:.0f} µs with "
+                                              f"{x['subscribers']}" for x in xs)
+                       + " subscriber(s); delivered records/s of all subscribers together: "
+                       + ", ".join(f"{_fmt_rate(x['records_per_s_total']['median'])}" for x in xs
+                                   if x.get("records_per_s_total")) + ".")
+    if not out:
+        return []
+    return ["## What to expect\n", "\n".join(out) + "\n"]
+
+
 def write() -> Path:
-    filt, e2e, peers, spark, fr = (load_result(c) for c in ("filter", "e2e", "peers", "spark", "frontier"))
-    results = [x for x in (filt, e2e, peers, spark, fr) if x]
+    filt, e2e, peers, fanout, spark, fr = (load_result(c) for c in
+                                           ("filter", "e2e", "peers", "fanout", "spark", "frontier"))
+    results = [x for x in (filt, e2e, peers, fanout, spark, fr) if x]
     out = ["# Benchmarks\n",
            f"Generated by `python -m benchmarks.report` from `benchmarks/results/*.json` on "
-           f"{time.strftime('%Y-%m-%d %H:%M')}. Regenerate everything with `make bench` (full grid) "
-           "or `make bench-quick` (< 2 minutes); one case with `python -m benchmarks --case NAME` "
-           "(`filter`, `e2e`, `peers`, `spark`, `frontier`).\n",
-           "Two cores shared by publisher, subscribers, libzmq I/O threads and the peer servers: "
-           "absolute numbers move by ±20 % between runs (more if other work runs on the machine; "
-           "the `load` column is the 1-minute load average before each run). Compare the ratios "
-           "measured within one run.\n"]
-    for name, r in (("filter", filt), ("e2e", e2e), ("peers", peers), ("spark", spark)):
+           f"{time.strftime('%Y-%m-%d %H:%M')}; every number below is in those files. Regenerate "
+           "with `make bench` (full) or `make bench-quick` (short runs, labelled **quick**); one "
+           "case with `python -m benchmarks --case NAME` (`filter`, `e2e`, `peers`, `fanout`, "
+           "`spark`, `frontier`).\n"]
+    out += _expect(peers, fanout)
+    out.append(RULES)
+    out.append("Runs in these files:\n")
+    for name, r in (("filter", filt), ("e2e", e2e), ("peers", peers), ("fanout", fanout), ("spark", spark)):
         if r:
-            out.append(f"- `{name}`: {'quick' if r.get('quick') else 'full'} grid, finished {r.get('finished')}, "
-                       f"{r.get('wall_s', '?')} s{'' if r.get('ok', True) else ', **with failures**'}\n")
+            out.append(f"- `{name}`: {_mode(r)}; finished {r.get('finished')}, {r.get('wall_s', '?')} s"
+                       f"{'' if r.get('ok', True) else ', **with failures**'}\n")
+    loads = [x.get("loadavg_before") for r in (e2e, peers, fanout) if r for x in r.get("rows", [])
+             if x.get("loadavg_before") is not None]
+    if loads:
+        out.append(f"\n1-minute load average before the runs: {min(loads):.2f}–{max(loads):.2f} "
+                   f"(median {median(loads):.2f}) on {os.cpu_count()} cores.\n")
     out.append("\n## Targets\n")
-    trows = _targets(filt, e2e, peers, spark)
-    out.append(_table(["target", "where", "measured", "verdict"], trows) if trows else "No results yet.\n")
+    trows = _targets(filt, e2e, peers, fanout, spark)
+    out.append(_table(["target", "where", "paired ratio: median (min–max, n)", "verdict"], trows)
+               if trows else "No results yet.\n")
     out.append("\n")
+    if peers and peers.get("summary"):
+        out += _peers_section(peers) + ["\n"]
+    out += _gc_findings(peers)
+    if fanout and fanout.get("summary"):
+        out += _fanout_section(fanout) + ["\n"]
     if filt and filt.get("rows"):
         out += _filter_section(filt) + ["\n"]
     if e2e and e2e.get("rows"):
         out += _e2e_section(e2e) + ["\n"]
-    if peers and peers.get("summary"):
-        out += _peers_section(peers) + ["\n"]
     if spark:
         out += _spark_section(spark) + ["\n"]
     if fr:
         out += _frontier_section(fr) + ["\n"]
-    out.append(ANALYSIS + "\n")
-    out.append(RECOMMENDED + "\n")
+    out.append(NOT_YET + "\n")
     out.append(PROFILE_HOWTO + "\n")
     out += _machine_section(results)
     DOCS.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root holds benchmarks/
 
-from benchmarks import bench_filter, harness
+from benchmarks import bench_filter, harness, paired
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,6 +22,8 @@ def test_filter_case_shape_and_counts():
         assert r["ok"], r
         assert r["method"] == method
         assert r["messages"] > 0 and r["delivered_messages"] == r["messages"] // 2
+        # what passes is decoded and every delivered record visited, as a user's loop would
+        assert r["delivered_records"] == r["delivered_messages"] * 100
         for key in ("messages_per_s", "records_per_s_consumed", "records_per_s_delivered"):
             assert isinstance(r[key], float) and r[key] > 0
     none_pass = bench_filter.measure("transport", "total", 1, 1, 0.0, min_time=0.01)
@@ -43,6 +45,26 @@ def test_e2e_epochstream_tiny(api):
                     api=api, epochs=3, time_limit=30)
     _check_row(r, 3 * 10 * 100)
     assert r["messages"] == 30
+
+
+def test_time_based_run_two_partitions_coalescing_off():
+    # publishers stop together at an epoch boundary after the duration; nothing lost
+    r = harness.run("epochstream", kind="dicts", per_message=1, partitions=2, api="epochs",
+                    duration=0.3, coalesce_bytes=0, time_limit=30)
+    assert r["ok"], r.get("detail") or r.get("error")
+    assert r["epochs"] >= 1 and r["expected_records"] == r["epochs"] * r["messages_per_epoch"]
+    assert r["received_records"] == [r["expected_records"]]
+    assert r["wire_messages_per_record"] == 1.0  # coalescing off: one payload per wire message
+    assert len(r["sub_gc"][0]) == 3 and r["pub_cpu_s_per_M"] > 0 and r["sub_cpu_s_per_M"][0] > 0
+
+
+def test_paired_ratios_and_verdict():
+    rows = [{"variant": v, "repeat": k, "ok": True, "records_per_s": x}
+            for k, (a, b) in enumerate([(2.0, 1.0), (1.0, 1.0), (3.0, 2.0)]) for v, x in (("A", a), ("B", b))]
+    s = paired.summary(paired.pair_ratios(rows, "A", "B"))
+    assert (s["n"], s["min"], s["median"], s["max"]) == (3, 1.0, 1.5, 2.0)
+    assert paired.verdict(s, 0.9) == "met" and paired.verdict(s, 1.2) == "not met (min below target)"
+    assert paired.verdict(s, 2.5) == "missed"
 
 
 def test_e2e_raw_zmq_tiny():
