@@ -43,7 +43,7 @@ Costs (``n`` = times with positive count, ``w`` = frontier width):
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 from sortedcontainers import SortedKeyList, SortedList
 

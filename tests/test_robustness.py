@@ -160,7 +160,7 @@ def test_a_dead_loop_makes_the_next_call_raise_instead_of_queueing():
     def boom(*_):  # fault injection: a bug in the loop's handling of a control message
         raise SystemExit("injected bug")
 
-    pub._control = boom
+    pub._loop._control = boom
     bad = _dealer(pub.endpoint)
     try:
         bad.send_multipart(wire.encode_control(wire.PING, id="x"))

@@ -21,20 +21,19 @@ import zmq
 from .. import wire
 from ..catalog import Catalog
 from ..errors import EpochstreamError, ProtocolError
-from ..events import InitialFrontierSnapshot, LowerFrontierUpdate
-from ..frontier import Antichain, apply_changes
+from ..events import LowerFrontierUpdate
+from ..frontier import Antichain
 from ..order import TIME_MIN, TOTAL, by_name, check_time, dual
 from ..protocol import PublisherProtocol
 from .fanout import Fanout
 from .handoff import Handoff
-from .sockets import SENT, bind_router, transmit_to
+from .loop import ABORT, DATA, FRONTIER, STOP, SYNC, PublisherLoop
+from .sockets import bind_router
 
 __all__ = ["Publisher"]
 
 log = logging.getLogger("epochstream.transport")
 
-# loop commands (caller thread -> loop thread): (kind, argument, frames)
-_DATA, _FRONTIER, _SYNC, _ABORT, _STOP = "data", "frontier", "sync", "abort", "stop"
 
 
 def inherited_upper(catalog: Catalog | None, topic: str, partition: int, order, start) -> tuple:
@@ -160,24 +159,19 @@ class Publisher:
         self._lock = threading.Lock()
         self._closed = False
         self._aborted: str | None = None  # the reason, once abort() ran
-        self._loop_error: BaseException | None = None
         self._closer: threading.Thread | None = None
         self._ctx = context or zmq.Context.instance()
         self._router = bind_router(self._ctx, endpoint, sndhwm=sndhwm,
                                    heartbeat_interval=self.heartbeat_interval)
         self.endpoint: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._transmit = transmit_to(self._router)
         self._handoff = Handoff(self._ctx, queue_hwm, lambda: self._thread.is_alive())
         self._fanout = Fanout(f"{topic!r} partition {partition}", partition,
                               max_messages=max_queue_messages, max_bytes=max_queue_bytes,
                               credit_timeout=credit_timeout)
         self.stats = self._fanout.stats
-        # the loop's own copies of the frontiers (what it has sent): snapshots read these
-        self._loop_lower: dict = dict.fromkeys(self._protocol.lower, True)
-        self._loop_upper = Antichain(dual(order), self._protocol.upper)
-        self._loop_aborted: list | None = None  # the X aborted notice, once the loop aborted
-        self._last_broadcast = self._last_probe = _time.monotonic()
-        self._thread = threading.Thread(target=self._loop, daemon=True,
+        self._loop = PublisherLoop(self, self._router, self._handoff, self._fanout,
+                                   self._protocol.lower, self._protocol.upper, lambda: self._closed)
+        self._thread = threading.Thread(target=self._loop.run, daemon=True,
                                         name=f"epochstream-pub-{topic}-{partition}")
         self._register(schema, ingest)
         self._thread.start()
@@ -233,9 +227,9 @@ class Publisher:
 
     # -- calls -----------------------------------------------------------------------------
     def _check_open(self) -> None:
-        if self._loop_error is not None:
+        if self._loop.error is not None:
             raise ProtocolError(f"publisher {self.topic}/{self.partition}: its loop died "
-                                f"({self._loop_error!r}); nothing more can be sent")
+                                f"({self._loop.error!r}); nothing more can be sent")
         if self._closed:
             state = f"aborted ({self._aborted})" if self._aborted is not None else "closed"
             raise ProtocolError(f"publisher {self.topic}/{self.partition} is {state}")
@@ -263,7 +257,7 @@ class Publisher:
                     self._record_upper(t)
                 self._last_time, self._last_header = t, header
             protocol.accept(t)
-            self._enqueue((_DATA, t, [wire.DATA, self._last_header, payload]))
+            self._enqueue((DATA, t, [wire.DATA, self._last_header, payload]))
 
     def _record_upper(self, t) -> None:
         """Persist the upper frontier grown by ``t`` in the catalog before data at ``t`` leaves
@@ -285,7 +279,7 @@ class Publisher:
             self._check_open()
             msg = self._protocol.progress(updates)
             if msg is not None:
-                self._enqueue((_FRONTIER, msg, wire.encode_frontier(msg)))
+                self._enqueue((FRONTIER, msg, wire.encode_frontier(msg)))
             return msg
 
     def advance_to(self, time) -> LowerFrontierUpdate | None:
@@ -297,13 +291,13 @@ class Publisher:
             self._check_open()
             msg = self._protocol.advance_to(time)
             if msg is not None:
-                self._enqueue((_FRONTIER, msg, wire.encode_frontier(msg)))
+                self._enqueue((FRONTIER, msg, wire.encode_frontier(msg)))
             return msg
 
     def _enqueue(self, command: tuple) -> None:
         """Hand a command to the loop (caller holds ``self._lock``); raises if the loop died."""
         if not self._handoff.put(command):
-            self._loop_error = self._loop_error or RuntimeError("publisher loop ended")
+            self._loop.error = self._loop.error or RuntimeError("publisher loop ended")
             self._check_open()
 
     def flush(self, timeout: float | None = 10.0) -> bool:
@@ -313,7 +307,7 @@ class Publisher:
         with self._lock:
             if not self._thread.is_alive() or self._closed:
                 return True if not self._closed else self.join(timeout)
-            self._enqueue((_SYNC, ev, None))
+            self._enqueue((SYNC, ev, None))
         return ev.wait(timeout)
 
     # -- ending ----------------------------------------------------------------------------
@@ -349,13 +343,13 @@ class Publisher:
             if abort_reason is None:
                 msg = self._protocol.close()
                 if msg is not None:
-                    self._handoff.put_final((_FRONTIER, msg, wire.encode_frontier(msg)))
+                    self._handoff.put_final((FRONTIER, msg, wire.encode_frontier(msg)))
             else:
                 self._aborted = abort_reason
                 log.warning("publisher %s/%s aborted: %s", self.topic, self.partition, abort_reason)
-                self._handoff.put_final((_ABORT, abort_reason, None))
+                self._handoff.put_final((ABORT, abort_reason, None))
         self._mark_ended(aborted=abort_reason is not None)
-        self._handoff.put_final((_STOP, float(linger), None))
+        self._handoff.put_final((STOP, float(linger), None))
         self._closer = threading.Thread(target=self._finish_close, args=(float(linger),),
                                         name=f"epochstream-close-{self.topic}-{self.partition}")
         self._closer.start()
@@ -404,195 +398,3 @@ class Publisher:
     def __repr__(self) -> str:
         return (f"Publisher({self.topic!r}, partition={self.partition}, endpoint={self.endpoint!r}, "
                 f"lower={list(self.lower)!r}, upper={list(self.upper)!r})")
-
-    # -- loop side -------------------------------------------------------------------------
-    def _loop(self) -> None:
-        try:
-            self._serve()
-        except BaseException as exc:  # a bug here must not pass silently: callers raise it
-            self._loop_error = exc
-            log.exception("publisher loop %s/%s died", self.topic, self.partition)
-            raise
-        finally:
-            for kind, arg, _ in self._handoff.ended():  # nobody may wait for a flush forever
-                if kind == _SYNC:
-                    arg.set()
-
-    def _serve(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
-        poller.register(self._handoff.socket, zmq.POLLIN)
-        blocked_poller = zmq.Poller()  # while flow control holds the producer back
-        blocked_poller.register(self._router, zmq.POLLIN)
-        commands, fanout = self._handoff.commands, self._fanout
-        stop_at = None
-        while stop_at is None or (fanout.peers and _time.monotonic() < stop_at):
-            pending = fanout.pending()
-            # Flow control holds the producer back, except once close()/abort() was called:
-            # the end of the stream is never stuck behind a consumer.
-            blocked = pending and stop_at is None and not self._closed and fanout.blocked()
-            events = dict((blocked_poller if blocked else poller).poll(
-                self._poll_timeout(pending, blocked, stop_at)))
-            if self._router in events:
-                self._handle_peers()
-            if self._handoff.socket in events:
-                self._handoff.woken()
-            if not blocked and stop_at is None and commands and self._run_commands():
-                stop_at = _time.monotonic() + self._stop_linger
-            if pending:
-                fanout.drain(self._transmit)
-            self._tick(stop_at is not None)
-
-    def _poll_timeout(self, pending: bool, blocked: bool, stop_at: float | None) -> int:
-        """Milliseconds to wait for input in this pass of the loop."""
-        if stop_at is not None:
-            return 1 if pending else 20
-        if pending:
-            return 0 if (self._handoff.commands and not blocked) else 1
-        if self._handoff.commands:
-            return 0  # commands left from the last batch: serve peers, then go on
-        due = min(self._last_broadcast, self._last_probe) + self.heartbeat_interval
-        return max(1, int((due - _time.monotonic()) * 1000))
-
-    def _tick(self, closing: bool) -> None:
-        """Heartbeats: probe peers that are sent nothing every interval; broadcast one to the
-        others when the stream was idle for an interval."""
-        now = _time.monotonic()
-        hb = self.heartbeat_interval
-        if now - self._last_probe >= hb:
-            self._last_probe = now
-            frames = wire.encode_heartbeat(list(self._loop_lower))
-            self._fanout.probe(frames, self._transmit, now, all_peers=closing)
-            self._log_evictions()
-        if now - self._last_broadcast >= hb and not closing:
-            self._last_broadcast = now
-            self._fanout.broadcast(wire.encode_heartbeat(list(self._loop_lower)), self._transmit,
-                                   now, counted=False)
-
-    def _log_evictions(self) -> None:
-        for message in self._fanout.log:
-            log.warning("%s", message)
-        self._fanout.log.clear()
-
-    def _run_commands(self, limit: int = 4096) -> bool:
-        """Run queued commands (at most ``limit``, then let the loop serve peers; fewer when a
-        flow-controlled peer's backlog fills up); True on STOP."""
-        commands, fanout, transmit = self._handoff.commands, self._fanout, self._transmit
-        now = self._last_broadcast = _time.monotonic()
-        data = 0
-        fanout.full = False
-        for _ in range(limit):
-            if not commands or fanout.full:
-                break
-            kind, arg, frames = commands.popleft()
-            if kind is _DATA:
-                self._loop_upper.insert(arg)
-                if commands and self.coalesce_bytes:
-                    frames = self._coalesce(arg, frames, now)
-                fanout.broadcast(frames, transmit, now)
-                data += 1
-            elif kind is _FRONTIER:
-                apply_changes(self._loop_lower, arg.updates)
-                fanout.broadcast(frames, transmit, now)
-            elif kind is _SYNC:
-                arg.set()
-            elif kind is _ABORT:
-                self._abort_peers(arg)
-            elif kind is _STOP:
-                self._stop_linger = arg
-                return True
-        self.stats["data_messages"] += data
-        self._handoff.made_space()
-        self._log_evictions()
-        return False
-
-    def _abort_peers(self, reason: str) -> None:
-        """Queue an ``X aborted`` notice behind each peer's backlog; later hellos and pings
-        from unknown peers get it too."""
-        self._loop_aborted = wire.encode_notice(
-            "aborted", f"publisher of {self.topic!r} partition {self.partition} aborted: {reason}",
-            partition=self.partition, incarnation=self.incarnation)
-        self._fanout.notify_all(self._loop_aborted, self._transmit)
-
-    def _coalesce(self, time, frames: list, now: float) -> list:
-        """Merge the data commands for ``time`` queued right behind ``frames`` into one message
-        (see ``coalesce_bytes``)."""
-        commands = self._handoff.commands
-        payloads = [frames[2]]
-        size = len(frames[2])
-        while commands and size < self.coalesce_bytes:
-            kind, t, nxt = commands[0]
-            if kind is not _DATA or t != time or size + len(nxt[2]) > self.coalesce_bytes:
-                break
-            commands.popleft()
-            payloads.append(nxt[2])
-            size += len(nxt[2])
-        if len(payloads) == 1:
-            return frames
-        merged = self.codec.merge(payloads)
-        if merged is None:  # a payload that is not an array: send them one by one, in order
-            for p in payloads[:-1]:
-                self._fanout.broadcast([frames[0], frames[1], p], self._transmit, now)
-            return [frames[0], frames[1], payloads[-1]]
-        self.stats["coalesced"] += len(payloads) - 1
-        return [frames[0], frames[1], merged]
-
-    def _handle_peers(self) -> None:
-        """Read up to 256 subscriber messages. Peer input never ends the loop: a message that
-        does not decode, or whose handling fails, is answered with ``X error`` and logged."""
-        for _ in range(256):
-            try:
-                frames = self._router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            ident = frames[0]
-            try:
-                kind, header = wire.decode_control(frames[1:])
-                self._control(ident, kind, header)
-            except Exception as exc:  # noqa: BLE001 - the offender is refused, the loop goes on
-                log.warning("%s/%s: bad message from subscriber %r: %r", self.topic, self.partition,
-                            ident, exc)
-                self.stats["bad_messages"] += 1
-                self._transmit(ident, wire.encode_notice("error", str(exc)))
-
-    def _control(self, ident: bytes, kind: bytes, header: dict) -> None:
-        """Act on one decoded control message (fields type-checked by
-        :func:`~epochstream.wire.decode_control`)."""
-        fanout = self._fanout
-        if kind == wire.HELLO:
-            self._hello(ident, header)
-        elif kind == wire.CREDIT:
-            if not fanout.grant(ident, header["messages"], self._transmit):
-                self._transmit(ident, wire.encode_notice(
-                    "error", "credit refused: not a registered flow-controlled subscriber"))
-        elif kind == wire.BYE:
-            fanout.leave(ident)
-        elif ident not in fanout.peers:  # a ping from a connection we do not know
-            self._transmit(ident, fanout.lagged_notice(header["id"]) or self._loop_aborted
-                           or wire.encode_notice(
-                               "rejoin", f"publisher {self.topic!r} partition {self.partition} "
-                                         f"(incarnation {self.incarnation}) does not know this "
-                                         f"subscriber", incarnation=self.incarnation,
-                               partition=self.partition))
-        # a ping from a known peer: nothing to do (ZMTP heartbeats keep the connection)
-
-    def _hello(self, ident: bytes, header: dict) -> None:
-        topic, partition = header["topic"], header["partition"]
-        if topic != self.topic or partition != self.partition:
-            msg = (f"this publisher serves {self.topic!r} partition {self.partition}, "
-                   f"not {topic!r} partition {partition!r}")
-            log.warning("%s/%s: refused hello: %s", self.topic, self.partition, msg)
-            self._transmit(ident, wire.encode_notice("error", msg))
-            return
-        if self._loop_aborted is not None:
-            self._transmit(ident, self._loop_aborted)
-            return
-        snap = InitialFrontierSnapshot(tuple(self._loop_lower), self._loop_upper.elements)
-        frames = wire.encode_snapshot(
-            snap, topic=self.topic, partition=self.partition, order=getattr(self.order, "name", ""),
-            codec=self.codec.name, incarnation=self.incarnation, heartbeat=self.heartbeat_interval)
-        self._fanout.leave(ident)
-        if self._transmit(ident, frames) == SENT:
-            self._fanout.join(ident, header.get("credit"), header["id"])
-        else:
-            log.warning("%s/%s: could not send a snapshot to %r", self.topic, self.partition, ident)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import os
 import time as _time
 import uuid
 from typing import Any, Iterator
@@ -24,6 +23,7 @@ from ..frontier import Antichain, apply_changes
 from ..order import TOTAL, by_name, dual
 from ..protocol import EpochAssembler, SubscriberProtocol
 from .liveness import Liveness
+from .membership import catalog_partitions, partition_endpoints, resolve_catalog
 from .sockets import connect_dealer
 
 __all__ = ["Subscriber"]
@@ -32,12 +32,6 @@ log = logging.getLogger("epochstream.transport")
 
 # message kinds that spend flow-control credit (the stream proper; not S, H or X)
 _CREDITED = frozenset((wire.DATA, wire.FRONTIER))
-
-
-def _resolve_catalog(catalog) -> Catalog:
-    if catalog is None or isinstance(catalog, (str, os.PathLike)):
-        return Catalog(catalog)
-    return catalog
 
 
 class Subscriber:
@@ -93,7 +87,7 @@ class Subscriber:
         self._static_endpoints = None if endpoints is None else list(endpoints)
         info = None
         if endpoints is None:
-            self._catalog = _resolve_catalog(catalog)
+            self._catalog = resolve_catalog(catalog)
             info = self._catalog.lookup(topic, wait=wait)
             order, codec, n = info.order, info.codec, info.partitions
         else:
@@ -120,40 +114,13 @@ class Subscriber:
         self._join(floor=None, info=info)
 
     # -- joining ---------------------------------------------------------------------------
-    def _endpoints(self, info: TopicInfo | None = None) -> tuple[list, dict]:
-        """Current endpoints (``None`` for a closed partition) and closed partitions' uppers.
-        Raises :class:`PublisherLost` / :class:`PublisherAborted` for a partition that has no
-        live publisher."""
-        if self._static_endpoints is not None:
-            return list(self._static_endpoints), {}
-        if info is None:
-            info = self._catalog.lookup(self.topic, wait=self._wait)
-        by_index = {p.index: p for p in info.partition_info}
-        endpoints, closed = [], {}
-        self._catalog_incarnations: dict[int, str] = {}
-        for i in range(self.partitions):
-            p = by_index.get(i)
-            if p is None:
-                raise PublisherLost(f"topic {self.topic!r}: partition {i} has no publisher registered "
-                                    f"after waiting {self._wait} s", partition=i)
-            if p.state == "closed":
-                closed[i] = tuple(p.upper)
-                endpoints.append(None)
-                continue
-            if p.state == "dead":
-                raise PublisherLost(f"topic {self.topic!r}: the publisher of partition {i} "
-                                    f"(pid {p.pid}) is dead", partition=i)
-            if p.state == "aborted":
-                raise PublisherAborted(f"topic {self.topic!r}: the publisher of partition {i} "
-                                       f"(pid {p.pid}) aborted; its open epochs never complete",
-                                       partition=i)
-            endpoints.append(p.endpoint)
-            self._catalog_incarnations[i] = p.incarnation
-        return endpoints, closed
-
     def _join(self, floor, info: TopicInfo | None = None) -> None:
-        self._catalog_incarnations = {}
-        endpoints, closed = self._endpoints(info)
+        if self._static_endpoints is not None:
+            endpoints, closed, self._catalog_incarnations = list(self._static_endpoints), {}, {}
+        else:
+            if info is None:
+                info = self._catalog.lookup(self.topic, wait=self._wait)
+            endpoints, closed, self._catalog_incarnations = partition_endpoints(info, self._wait)
         self._protocol = SubscriberProtocol(self.order, self.partitions, floor=floor)
         # filter verdicts per raw data header: valid for this join's protocol state only
         self._time_cache: dict[bytes, Any] = {}
@@ -395,16 +362,6 @@ class Subscriber:
         self._check_liveness(now)
 
     # -- liveness --------------------------------------------------------------------------
-    def _catalog_partitions(self) -> dict[int, PartitionInfo]:
-        """``{index: PartitionInfo}`` from the catalog (``{}`` without one, or if unreadable)."""
-        if self._catalog is None:
-            return {}
-        try:
-            info = self._catalog.lookup(self.topic)
-        except EpochstreamError:
-            return {}
-        return {p.index: p for p in info.partition_info}
-
     def _joined_incarnation(self, partition: int) -> str | None:
         return self._incarnations.get(partition) or self._catalog_incarnations.get(partition)
 
@@ -417,7 +374,7 @@ class Subscriber:
         suspects = self._liveness.suspects(now)
         if not suspects:
             return
-        parts = self._catalog_partitions()
+        parts = catalog_partitions(self._catalog, self.topic)
         for partition, silent in suspects:
             p = parts.get(partition)
             if p is not None and partition not in self._protocol.snapshots and p.state == "closed":
@@ -464,7 +421,7 @@ class Subscriber:
     def _check_awaiting(self, now: float) -> None:
         """Re-join once an aborted partition has a new live incarnation in the catalog;
         :class:`PublisherAborted` when one did not appear within ``timeout``."""
-        parts = self._catalog_partitions()
+        parts = catalog_partitions(self._catalog, self.topic)
         for partition, (incarnation, deadline, reason) in list(self._liveness.awaiting.items()):
             p = parts.get(partition)
             if p is not None and p.state == "live" and p.incarnation != incarnation:

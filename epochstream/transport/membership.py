@@ -1,0 +1,65 @@
+"""Which publishers a subscriber joins: the catalog's view of a topic's partitions.
+
+A partition is joined at its registered endpoint when its publisher is live; a closed partition
+is not joined — its final upper frontier stands in for its snapshot (an empty lower frontier: it
+contributes to the filter and nothing else); a dead or aborted one cannot be joined.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..catalog import Catalog, PartitionInfo, TopicInfo
+from ..errors import EpochstreamError, PublisherAborted, PublisherLost
+
+__all__ = ["resolve_catalog", "partition_endpoints", "catalog_partitions"]
+
+
+def resolve_catalog(catalog) -> Catalog:
+    """A :class:`~epochstream.catalog.Catalog` from a catalog, a path, or ``None`` (the default
+    catalog: ``$EPOCHSTREAM_CATALOG`` or ``./.epochstream``)."""
+    if catalog is None or isinstance(catalog, (str, os.PathLike)):
+        return Catalog(catalog)
+    return catalog
+
+
+def partition_endpoints(info: TopicInfo, wait: float) -> tuple[list, dict, dict]:
+    """``(endpoints, closed, incarnations)`` for every partition ``0..partitions-1`` of
+    ``info``: the endpoint to join (``None`` for a closed partition), ``{partition: final upper
+    frontier}`` of the closed ones, ``{partition: incarnation}`` of the live ones. Raises
+    :class:`~epochstream.errors.PublisherLost` for a partition nobody registered (after
+    ``wait`` seconds) or whose publisher is dead, and
+    :class:`~epochstream.errors.PublisherAborted` for an aborted one."""
+    by_index = {p.index: p for p in info.partition_info}
+    endpoints, closed, incarnations = [], {}, {}
+    for i in range(info.partitions):
+        p = by_index.get(i)
+        if p is None:
+            raise PublisherLost(f"topic {info.name!r}: partition {i} has no publisher registered "
+                                f"after waiting {wait} s", partition=i)
+        if p.state == "closed":
+            closed[i] = tuple(p.upper)
+            endpoints.append(None)
+            continue
+        if p.state == "dead":
+            raise PublisherLost(f"topic {info.name!r}: the publisher of partition {i} "
+                                f"(pid {p.pid}) is dead", partition=i)
+        if p.state == "aborted":
+            raise PublisherAborted(f"topic {info.name!r}: the publisher of partition {i} "
+                                   f"(pid {p.pid}) aborted; its open epochs never complete",
+                                   partition=i)
+        endpoints.append(p.endpoint)
+        incarnations[i] = p.incarnation
+    return endpoints, closed, incarnations
+
+
+def catalog_partitions(catalog: Catalog | None, topic: str) -> dict[int, PartitionInfo]:
+    """``{index: PartitionInfo}`` of ``topic`` (``{}`` without a catalog, or if it cannot be
+    read: liveness checks then simply learn nothing this time)."""
+    if catalog is None:
+        return {}
+    try:
+        info = catalog.lookup(topic)
+    except EpochstreamError:
+        return {}
+    return {p.index: p for p in info.partition_info}
