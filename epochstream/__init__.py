@@ -4,10 +4,11 @@ A subscriber can attach to a running dataflow at any moment and sees every epoch
 possibly partially ordered) either whole or not at all, plus the stream's progress (frontier).
 The design follows Strymon's pubsub protocol; the frontier algebra follows timely-dataflow.
 
-Layers (imports point only downward): :mod:`~epochstream.order` → :mod:`~epochstream.frontier`
-→ :mod:`~epochstream.protocol` (sans-I/O) → :mod:`~epochstream.wire` → :mod:`~epochstream.transport`
-(:class:`Publisher`, :class:`Subscriber`) → :mod:`~epochstream.catalog` → :mod:`~epochstream.spark`
-→ :mod:`~epochstream.cli`.
+Layers (imports point only downward; docs/architecture.md has one line per module):
+:mod:`~epochstream.errors` → :mod:`~epochstream.order` → :mod:`~epochstream.frontier` →
+:mod:`~epochstream.events` → :mod:`~epochstream.protocol` (sans-I/O) → :mod:`~epochstream.wire` →
+:mod:`~epochstream.catalog` → :mod:`~epochstream.transport` (:class:`Publisher`,
+:class:`Subscriber`) → :mod:`~epochstream.spark` → :mod:`~epochstream.cli`.
 
 Heavy layers are imported lazily, so ``import epochstream.order`` needs neither pyzmq nor pyarrow.
 """
@@ -20,10 +21,10 @@ __version__ = "0.1.0"
 _LAZY = {
     "TOTAL": "order", "product": "order",
     "Antichain": "frontier", "MutableAntichain": "frontier",
-    "Epoch": "protocol", "EpochAssembler": "protocol", "PublisherProtocol": "protocol",
-    "SubscriberProtocol": "protocol", "InitialFrontierSnapshot": "protocol",
-    "LowerFrontierUpdate": "protocol", "DataMessage": "protocol",
-    "Publisher": "transport", "Subscriber": "transport", "Gap": "transport",
+    "Epoch": "events", "Gap": "events", "InitialFrontierSnapshot": "events",
+    "LowerFrontierUpdate": "events", "DataMessage": "events",
+    "EpochAssembler": "protocol", "PublisherProtocol": "protocol", "SubscriberProtocol": "protocol",
+    "Publisher": "transport", "Subscriber": "transport",
     "Catalog": "catalog",
 }
 

@@ -85,7 +85,9 @@ import psutil
 from .errors import CatalogError, PartitionHeld, TopicNotFound
 from .order import by_name
 
-__all__ = ["Catalog", "TopicInfo", "PartitionInfo", "default_catalog_path", "pid_alive"]
+__all__ = ["Catalog", "TopicInfo", "PartitionInfo", "default_catalog_path", "pid_alive", "ENV_VAR",
+           "DEFAULT_DIR", "DEFAULT_FILE", "BUSY_TIMEOUT_S", "POLL_INTERVAL_S", "SCHEMA_VERSION",
+           "STATES"]
 
 ENV_VAR = "EPOCHSTREAM_CATALOG"
 DEFAULT_DIR = ".epochstream"

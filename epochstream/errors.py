@@ -16,6 +16,9 @@ everything of ours in one clause and still tell the cases apart:
 
 from __future__ import annotations
 
+__all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
+           "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted"]
+
 
 class EpochstreamError(Exception):
     """Base class of every exception raised by epochstream."""

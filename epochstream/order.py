@@ -44,7 +44,7 @@ from typing import Any, Protocol
 from .errors import ProtocolError
 
 __all__ = ["TIME_MIN", "TIME_MAX", "PartialOrder", "TotalOrder", "ProductOrder", "DualOrder", "TOTAL", "product", "dual",
-           "by_name", "sort_key"]
+           "by_name", "sort_key", "check_time", "linear_extension"]
 
 #: Range of an integer time (or product-time component): what msgpack carries (int64 .. uint64).
 #: Checked by the shipped orders' ``check`` so that a time is refused before any state changes.

@@ -77,16 +77,17 @@ from collections.abc import Sequence as _Sequence
 from typing import Any, Callable, NamedTuple
 
 import msgpack
+import pyarrow as pa
 
 from .errors import WireError
-from .protocol import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
+from .events import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
 
 __all__ = ["VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HELLO", "PING", "BYE",
            "CREDIT",
            "Heartbeat", "Notice", "encode_snapshot", "encode_data", "encode_frontier",
            "encode_heartbeat", "encode_notice", "encode_control", "decode", "decode_control",
            "decode_time", "codec", "CODECS", "MsgpackCodec", "ArrowCodec", "CONTROL_SCHEMAS",
-           "ControlField"]
+           "ControlField", "encode_time", "decode_snapshot_meta", "MAX_ID_CHARS", "MAX_COUNT"]
 
 VERSION = 1
 _V = bytes([VERSION])
@@ -458,7 +459,6 @@ class ArrowCodec:
     name = "arrow"
 
     def __init__(self):
-        import pyarrow as pa
         self._pa = pa
 
     def encode(self, records) -> bytes:

@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 from .. import wire
 from .sockets import FULL, GONE, SENT
 
-__all__ = ["Peer", "Fanout", "Transmit"]
+__all__ = ["Peer", "Fanout", "Transmit", "frames_nbytes"]
 
 Transmit = Callable[[bytes, list], int]
 

@@ -30,7 +30,7 @@ from .handoff import Handoff
 from .loop import ABORT, DATA, FRONTIER, STOP, SYNC, PublisherLoop
 from .sockets import bind_router
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "inherited_upper"]
 
 log = logging.getLogger("epochstream.transport")
 
