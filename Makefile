@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench bench-quick install clean
+.PHONY: demo test bench bench-quick install clean api typecheck
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,23 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) -m benchmarks --quick $(ARGS)
+
+# API reference from the docstrings (pdoc) into docs/api/: about 0.9 MB of HTML, no source
+# listings, no search index. Open docs/api/index.html.
+API_MODULES := epochstream epochstream.catalog epochstream.transport epochstream.protocol \
+	epochstream.order epochstream.frontier epochstream.wire epochstream.errors \
+	epochstream.spark epochstream.testing epochstream.cli
+api: $(STAMP)
+	$(PY) -m pip install --quiet "pdoc>=14"
+	rm -rf docs/api
+	$(PY) -m pdoc --docformat restructuredtext --no-show-source --no-search \
+		-o docs/api $(API_MODULES)
+
+# mypy --strict on a typed user program and on the CLI/demo (epochstream's own modules are read
+# for their signatures only); the test suite runs the same check.
+typecheck: $(STAMP)
+	MYPYPATH=. $(PY) -m mypy --strict --follow-imports=silent tests/typed_usage.py \
+		epochstream/cli.py epochstream/demo.py epochstream/__main__.py
 
 clean:
 	rm -rf $(VENV) .epochstream .pytest_cache .hypothesis

@@ -15,15 +15,15 @@ from typing import Any, Iterator
 import zmq
 
 from .. import wire
-from ..catalog import Catalog, PartitionInfo, TopicInfo
-from ..errors import (EpochstreamError, ProtocolError, PublisherAborted, PublisherLost,
-                      SubscriberLagged)
+from ..catalog import Catalog, TopicInfo
+from ..errors import EpochstreamError, ProtocolError, PublisherLost, SubscriberLagged
 from ..events import DataMessage, Epoch, Gap, InitialFrontierSnapshot, LowerFrontierUpdate
 from ..frontier import Antichain, apply_changes
 from ..order import TOTAL, by_name, dual
 from ..protocol import EpochAssembler, SubscriberProtocol
 from .liveness import Liveness
-from .membership import catalog_partitions, partition_endpoints, resolve_catalog
+from .membership import partition_endpoints, resolve_catalog
+from .recovery import Recovery
 from .sockets import connect_dealer
 
 __all__ = ["Subscriber"]
@@ -34,7 +34,7 @@ log = logging.getLogger("epochstream.transport")
 _CREDITED = frozenset((wire.DATA, wire.FRONTIER))
 
 
-class Subscriber:
+class Subscriber(Recovery):
     """Subscribes to every partition of a topic and yields complete epochs (Strymon
     "Subscriber Logic" merged across partitions).
 
@@ -143,20 +143,6 @@ class Subscriber:
             self._unacked[i] = 0
         for i, upper in closed.items():
             self._queue(self._snapshot(i, InitialFrontierSnapshot((), upper)))
-
-    def _rejoin(self, reason: str, partition: int) -> None:
-        """Drop this join (its pending epochs are incomplete), re-join every partition with
-        fresh snapshots, and report a complete :class:`Gap` once they are all in."""
-        old = self._protocol
-        since = old.lower if old.ready else (self._pending_gap[2] if self._pending_gap else ())
-        for p in list(self._by_partition):
-            self._retire_socket(p)
-        if self._pending_gap is None:
-            self._pending_gap = (reason, partition, since)
-        self.stats["rejoins"] += 1
-        log.warning("topic %r: re-joining after %s on partition %s (last complete epoch %r)",
-                    self.topic, reason, partition, self._last_epoch)
-        self._join(floor=since)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -360,78 +346,6 @@ class Subscriber:
                 except zmq.ZMQError:
                     pass
         self._check_liveness(now)
-
-    # -- liveness --------------------------------------------------------------------------
-    def _joined_incarnation(self, partition: int) -> str | None:
-        return self._incarnations.get(partition) or self._catalog_incarnations.get(partition)
-
-    def _check_liveness(self, now: float) -> None:
-        """Settle suspect partitions from the catalog (closed or aborted before answering our
-        hello, aborted without its notice reaching us, restarted); past ``timeout``:
-        :class:`PublisherLost`."""
-        if self._liveness.successor_check_due(now):
-            self._check_awaiting(now)
-        suspects = self._liveness.suspects(now)
-        if not suspects:
-            return
-        parts = catalog_partitions(self._catalog, self.topic)
-        for partition, silent in suspects:
-            p = parts.get(partition)
-            if p is not None and partition not in self._protocol.snapshots and p.state == "closed":
-                self._retire_socket(partition)  # closed between our catalog lookup and our hello
-                self._queue(self._snapshot(partition, InitialFrontierSnapshot((), tuple(p.upper))))
-                continue
-            if p is not None and p.state == "aborted" and (
-                    partition not in self._protocol.snapshots
-                    or p.incarnation == self._joined_incarnation(partition)):
-                self._aborted(partition, None)  # its X aborted notice never reached us
-                continue
-            if self.recover and self._restarted(partition, p):
-                self._rejoin("restarted", partition)
-                return
-            if self._liveness.lost(silent):
-                raise PublisherLost(f"topic {self.topic!r}: no message from partition {partition} "
-                                    f"for {silent:.1f} s (timeout {self.timeout} s)",
-                                    partition=partition)
-
-    def _restarted(self, partition: int, p: PartitionInfo | None) -> bool:
-        """True iff ``p`` (the catalog's entry for ``partition``) is a live publisher with
-        another incarnation than the one this subscriber joined."""
-        known = self._joined_incarnation(partition)
-        return p is not None and p.state == "live" and known is not None and p.incarnation != known
-
-    def _aborted(self, partition: int, notice: wire.Notice | None) -> list:
-        """A partition's publisher aborted (its ``X aborted`` notice, or the catalog says so).
-        Without ``recover`` (or without a catalog to find a successor):
-        :class:`PublisherAborted`. With it: wait up to ``timeout`` seconds for a new live
-        incarnation in the catalog, then re-join and report a :class:`Gap`."""
-        reason = notice.message if notice is not None else "the catalog marks it aborted"
-        incarnation = ((notice.extra.get("incarnation") if notice is not None else None)
-                       or self._joined_incarnation(partition))
-        self._retire_socket(partition)
-        if not self.recover or self._catalog is None:
-            raise PublisherAborted(f"topic {self.topic!r}: the publisher of partition {partition} "
-                                   f"aborted; its open epochs never complete ({reason})",
-                                   partition=partition, reason=reason)
-        log.warning("topic %r: partition %s aborted (%s); waiting up to %s s for a new publisher",
-                    self.topic, partition, reason, self.timeout)
-        self._liveness.await_successor(partition, incarnation, _time.monotonic(), reason)
-        return []
-
-    def _check_awaiting(self, now: float) -> None:
-        """Re-join once an aborted partition has a new live incarnation in the catalog;
-        :class:`PublisherAborted` when one did not appear within ``timeout``."""
-        parts = catalog_partitions(self._catalog, self.topic)
-        for partition, (incarnation, deadline, reason) in list(self._liveness.awaiting.items()):
-            p = parts.get(partition)
-            if p is not None and p.state == "live" and p.incarnation != incarnation:
-                self._rejoin("aborted", partition)
-                return
-            if now > deadline:
-                raise PublisherAborted(
-                    f"topic {self.topic!r}: the publisher of partition {partition} aborted "
-                    f"({reason}) and no new publisher appeared within {self.timeout} s",
-                    partition=partition, reason=reason)
 
     # -- iteration -------------------------------------------------------------------------
     def wait_ready(self, timeout: float | None = 10.0) -> bool:
