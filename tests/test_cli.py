@@ -776,23 +776,25 @@ def test_demo_sends_the_jvm_output_to_a_file(tmp_path, capfd):
 # ---- docs/index.md: its first publisher and subscriber run as written ---------------------------
 
 
-def _doc_program(name: str) -> str:
-    """The python block that follows the paragraph starting with `name` in docs/index.md."""
-    text = (ROOT / "docs" / "index.md").read_text()
-    m = re.search(rf"^`{re.escape(name)}`[^\n]*\n\n```python\n(.*?)```", text, re.S | re.M)
-    assert m, f"no python block after `{name}` in docs/index.md"
+def _doc_program(name: str, doc: str = "docs/index.md") -> str:
+    """The python block that follows the paragraph starting with `name` in ``doc``."""
+    text = (ROOT / doc).read_text()
+    m = re.search(rf"^`{re.escape(name)}`[^\n]*\n(?:[^\n]+\n)*\n```python\n(.*?)```", text, re.S | re.M)
+    assert m, f"no python block after `{name}` in {doc}"
     return m.group(1)
 
 
-def test_getting_started_programs_run_as_written_in_either_order(tmp_path):
-    """publish.py and subscribe.py from docs/index.md, as two processes in the same directory
-    (the default catalog): subscriber first, and publisher first (both scenarios at once)."""
+@pytest.mark.parametrize("doc", ["docs/index.md", "README.md"])
+def test_getting_started_programs_run_as_written_in_either_order(tmp_path, doc):
+    """publish.py and subscribe.py from the README and docs/index.md, as two processes in the
+    same directory (the default catalog): subscriber first, and publisher first (both scenarios
+    at once)."""
     runs = {}
     for order in ("subscriber-first", "publisher-first"):
         d = tmp_path / order
         d.mkdir()
-        (d / "publish.py").write_text(_doc_program("publish.py"))
-        (d / "subscribe.py").write_text(_doc_program("subscribe.py"))
+        (d / "publish.py").write_text(_doc_program("publish.py", doc))
+        (d / "subscribe.py").write_text(_doc_program("subscribe.py", doc))
         runs[order] = d
 
     def start(d: Path, script: str) -> subprocess.Popen[str]:
