@@ -15,6 +15,16 @@ Cases (one module each, each with ``run(quick: bool) -> dict``):
   publisher CPU per message per subscriber, delivered records/s.
 - ``spark`` (:mod:`benchmarks.bench_spark`) — a PySpark query over the flights data written with
   ``format("epochstream")`` vs. Spark's ``noop`` sink.
+- ``limits`` (:mod:`benchmarks.bench_limits`) — this machine's ceilings: memcpy, libzmq through
+  pyzmq (PUSH/PULL, 1/2/3 frames), decode-only loops; the report divides epochstream by them.
+- ``latejoin`` (:mod:`benchmarks.bench_latejoin`) — ``Subscriber(...)`` to its first complete
+  epoch while a publisher streams steadily.
+- ``latency`` (:mod:`benchmarks.bench_latency`) — epoch latency p50/p99/p99.9 at 10/50/90 % of
+  the peak measured in the same run.
+- ``memory`` (:mod:`benchmarks.bench_memory`) — publisher RSS per subscriber and per queued
+  message.
+- ``scale`` (:mod:`benchmarks.bench_scale`) — partitions 1..16, antichain width 1..64
+  (product(2)), epoch size vs records per message.
 
 Every case writes ``benchmarks/results/<case>.json``; :mod:`benchmarks.report` turns all result
 files into ``docs/benchmarks.md`` (tables) and ``docs/img/*.png`` (plots).

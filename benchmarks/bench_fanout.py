@@ -23,8 +23,10 @@ KIND, PER_MESSAGE = "arrow", 1000
 
 def plan(quick: bool):
     if quick:
-        return (1, 2, 4), min(3, paired.repeats(True))
-    return (1, 2, 4, 8, 16, 32, 64), min(3, paired.repeats(False))
+        return (1, 4), min(3, paired.repeats(True))
+    # 2, 8 and 32 cut to keep `make bench` within 20 minutes: every subscriber is a process
+    # to spawn (~0.5 s of CPU on these 2 cores), so the 7-point grid cost ~5 minutes alone
+    return (1, 4, 16, 64), min(3, paired.repeats(False))
 
 
 def run(quick: bool = False, log=print) -> dict:

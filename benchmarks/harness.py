@@ -58,6 +58,9 @@ def messages_per_epoch(per_message: int) -> int:
     return {1: 100, 100: 10}.get(per_message, 4)
 
 
+_default_mpe = messages_per_epoch  # run() has a parameter of that name
+
+
 def gc_counts() -> list[int]:
     """Collections so far per generation (``gc.get_stats()``)."""
     return [g["collections"] for g in gc.get_stats()]
@@ -624,14 +627,17 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
         api: str = "events", mode: str = "throughput", records: int | None = None,
         epochs: int | None = None, duration: float | None = None, time_limit: float = 60.0,
         redis_port: int | None = None, nats_port: int | None = None,
-        coalesce_bytes: int | None = None, broker_pid: int | None = None) -> dict:
+        coalesce_bytes: int | None = None, broker_pid: int | None = None,
+        messages_per_epoch: int | None = None) -> dict:
     """One bounded run; returns a result row (``ok`` false on loss, error or timeout).
 
     Size: ``duration`` seconds (time-based: the publishers stop together at the first epoch
     boundary after it; throughput mode only), else ``epochs``, else ``records``.
     ``coalesce_bytes``: passed to epochstream's ``Publisher`` (0 = coalescing off; None = its
-    default). ``broker_pid``: a server process (Redis, NATS) whose CPU time is recorded."""
-    mpe = messages_per_epoch(per_message)
+    default). ``broker_pid``: a server process (Redis, NATS) whose CPU time is recorded.
+    ``messages_per_epoch``: messages per epoch over all partitions (default: 100 at 1 record per
+    message, 10 at 100, else 4); rounded to a multiple of ``partitions``."""
+    mpe = _default_mpe(per_message) if messages_per_epoch is None else int(messages_per_epoch)
     if mpe % partitions:
         mpe = partitions * max(1, mpe // partitions)
     if duration is not None and mode != "throughput":

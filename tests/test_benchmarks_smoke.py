@@ -78,3 +78,51 @@ def test_latency_mode_tiny():
     _check_row(r, 5 * 4 * 1000)
     assert r["latency_samples"] == 5
     assert 0 < r["latency_p50_ms"] <= r["latency_p99_ms"]
+
+
+# -- the measurement cases added for issue 10 (tiny versions: shapes and counts, never speed) --
+
+def test_limits_tiny():
+    from benchmarks import bench_limits
+    assert bench_limits.memcpy("bytearray", 0.01, size=1 << 20)["bytes_per_s"] > 0
+    d = bench_limits.decode_loop("tuples", 100, 0.01)
+    assert d["records_per_s"] > 0 and d["payload_bytes"] > 0
+    zt = bench_limits.ZmqThroughput()
+    try:
+        for frames in (1, 3):
+            r = zt.measure(4096, frames, 0.05)
+            assert r["ok"] and r["messages"] == r["sent"] > 1 and r["messages_per_s"] > 0
+    finally:
+        zt.close()
+
+
+def test_latejoin_tiny():
+    from benchmarks import bench_latejoin
+    r = bench_latejoin.run(samples=3, log=lambda m: None)
+    assert r["summary"]["samples"] == 3 and r["summary"]["failed"] == 0
+    assert all(x["epoch_records"] == bench_latejoin.MESSAGES_PER_EPOCH * bench_latejoin.PER_MESSAGE
+               for x in r["rows"])
+
+
+def test_latency_level_tiny():
+    from benchmarks import bench_latency
+    r = bench_latency._level(200.0, 20, log=lambda m: None)
+    assert r["ok"] and r["samples"] == 20 and r["records"] == r["published_records"]
+    assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["p999_ms"] <= r["max_ms"]
+
+
+def test_memory_tiny():
+    from benchmarks import bench_memory
+    s = bench_memory.per_subscriber(n_max=3)
+    assert s["ok"] and s["pub_stats"]["subscribers_joined"] == 3
+    q = bench_memory.per_queued_message(2000)
+    assert q["ok"] and q["pub_stats"]["data_messages"] == 2000 and q["rss_after"] > 0
+
+
+def test_antichain_width_tiny():
+    from benchmarks import bench_scale, streams
+    ts = streams.antichain_times(4, 0)
+    assert all(not (a[0] <= b[0] and a[1] <= b[1]) for a in ts for b in ts if a != b)
+    r = bench_scale.antichain_run(4, 0.2)
+    assert r["ok"], r.get("error")
+    assert r["records"] == r["published_records"] and r["epochs"] == 4 * r["steps"]
