@@ -1,5 +1,11 @@
 """The embedded topic catalog: where publishers announce their partitions and subscribers find them.
 
+This module owns the :class:`Catalog` — where its file lives and every read and write of it. The
+file format (tables, schema version, migration) is :mod:`epochstream.catalog_schema`; the values
+a reader gets (:class:`TopicInfo`, :class:`PartitionInfo`) are :mod:`epochstream.catalog_records`;
+whether a publisher process is still running is :mod:`epochstream.catalog_liveness`. Every public
+name of those modules that this one exported before is still importable from here.
+
 The catalog is a single SQLite file (stdlib :mod:`sqlite3`, no server). By default it lives at
 ``$EPOCHSTREAM_CATALOG`` if that environment variable is set, else at
 ``./.epochstream/catalog.sqlite`` relative to the current working directory; missing parent
@@ -14,74 +20,35 @@ object opens a fresh connection for each call (except :meth:`Catalog.record_uppe
 one connection per thread, see there), so it may be shared between threads.
 
 Schema version: ``PRAGMA user_version`` holds :data:`SCHEMA_VERSION`. ``0`` is a file written
-before versioning (its ``partitions.state`` only allowed ``live``/``closed``); opening such a file
-rebuilds the ``partitions`` table in place, keeping every row, and sets the version. A file with a
+before versioning; opening such a file migrates it in place, keeping every row. A file with a
 newer version than this code knows is refused with :class:`CatalogError`.
-
-Schema
-------
-
-``topics`` — one row per topic::
-
-    name        TEXT PRIMARY KEY   -- the topic name
-    order_name  TEXT NOT NULL      -- the order's name: "total" or "product(n)" (order.by_name)
-    codec       TEXT NOT NULL      -- payload codec, e.g. "msgpack" or "arrow"
-    partitions  INTEGER NOT NULL   -- number of partitions, >= 1
-    schema      TEXT               -- optional payload schema (e.g. an Arrow schema as text/JSON)
-    created_at  REAL NOT NULL      -- time.time() of creation, seconds since the epoch
-
-``partitions`` — one row per *registered* partition of a topic (a partition that no publisher
-has registered yet has no row)::
-
-    topic       TEXT NOT NULL      -- topics.name (rows are deleted with their topic)
-    idx         INTEGER NOT NULL   -- partition index, 0 <= idx < topics.partitions
-    endpoint    TEXT NOT NULL      -- ZeroMQ endpoint subscribers connect to ("tcp://host:port")
-    ingest      TEXT               -- optional second endpoint (e.g. where producers push input)
-    state       TEXT NOT NULL      -- "live" (publisher running), "closed" (finished cleanly) or
-                                   -- "aborted" (stopped on an error: epochs it left incomplete
-                                   -- never complete)
-    incarnation TEXT NOT NULL      -- opaque id of this run of the publisher (uuid4 hex)
-    pid         INTEGER NOT NULL   -- OS process id of the publisher
-    pid_start   REAL               -- the process' start time (psutil), guards against pid reuse
-    host        TEXT               -- socket.gethostname() of the publisher's machine
-    upper       TEXT NOT NULL      -- JSON list of times (ints, or lists of ints for product
-                                   -- orders): the partition's upper frontier, i.e. a bound on the
-                                   -- times of data it may have sent. Set by register_partition
-                                   -- (default []), moved by record_upper while live, final once
-                                   -- closed or aborted (close_partition)
-    updated_at  REAL NOT NULL      -- time.time() of the last register/heartbeat/record_upper/close,
-                                   -- seconds
-    PRIMARY KEY (topic, idx)
 
 Liveness
 --------
 
-The stored state is only ever ``live``, ``closed`` or ``aborted``. When reading, a ``live`` row
-whose process is gone (no such pid, a zombie, or a pid reused by a different process) is reported
-with state ``"dead"``: liveness is judged *now*, by the reader, from the pid. Processes on another
-host cannot be checked and are assumed alive. ``closed`` and ``aborted`` are final whatever the
-process does afterwards. The stored ``upper`` is reported in every state (for a ``dead`` row: the
-last one its publisher recorded).
+The stored state is only ever ``live``, ``closed`` or ``aborted`` (:data:`STATES`). When reading,
+a ``live`` row whose process is gone (no such pid, a zombie, or a pid reused by a different
+process) is reported with state ``"dead"``: liveness is judged *now*, by the reader, from the pid
+(:func:`pid_alive`). Processes on another host cannot be checked and are assumed alive.
+``closed`` and ``aborted`` are final whatever the process does afterwards. The stored ``upper`` is
+reported in every state (for a ``dead`` row: the last one its publisher recorded).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import operator
 import os
-import random
-import socket
 import sqlite3
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-import psutil
-
+from .catalog_liveness import HOST, pid_alive, process_start
+from .catalog_records import (ROW_COLUMNS, PartitionInfo, TopicInfo, encode_upper,
+                              partition_from_row)
+from .catalog_schema import SCHEMA_VERSION, STATES, enable_wal, ensure_schema, retry_busy
 from .errors import CatalogError, PartitionHeld, TopicNotFound
 from .order import by_name
 
@@ -93,208 +60,15 @@ ENV_VAR = "EPOCHSTREAM_CATALOG"
 DEFAULT_DIR = ".epochstream"
 DEFAULT_FILE = "catalog.sqlite"
 BUSY_TIMEOUT_S = 5.0
+"""Seconds a connection waits for another process' lock before giving up (and the time budget
+for switching a new file to WAL and creating its schema)."""
 POLL_INTERVAL_S = 0.05
+"""Seconds between two reads of the catalog while :meth:`Catalog.lookup` waits."""
 _FILE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
-_HOST = socket.gethostname()
-
-SCHEMA_VERSION = 1
-"""``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated)."""
-
-STATES = ("live", "closed", "aborted")
-"""The states stored in ``partitions.state`` (readers also report ``"dead"``: module docstring)."""
-
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
-
-_TOPICS_DDL = """
-CREATE TABLE IF NOT EXISTS topics (
-    name        TEXT PRIMARY KEY,
-    order_name  TEXT NOT NULL,
-    codec       TEXT NOT NULL,
-    partitions  INTEGER NOT NULL CHECK (partitions >= 1),
-    schema      TEXT,
-    created_at  REAL NOT NULL
-)
-"""
-
-# ``{name}``: "partitions", or the temporary name used while migrating an old file.
-_PARTITIONS_DDL = """
-CREATE TABLE IF NOT EXISTS {name} (
-    topic       TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
-    idx         INTEGER NOT NULL CHECK (idx >= 0),
-    endpoint    TEXT NOT NULL,
-    ingest      TEXT,
-    state       TEXT NOT NULL CHECK (state IN ('live', 'closed', 'aborted')),
-    incarnation TEXT NOT NULL,
-    pid         INTEGER NOT NULL,
-    pid_start   REAL,
-    host        TEXT,
-    upper       TEXT NOT NULL DEFAULT '[]',
-    updated_at  REAL NOT NULL,
-    PRIMARY KEY (topic, idx)
-)
-"""
-
-_PARTITION_COLUMNS = ("topic, idx, endpoint, ingest, state, incarnation, pid, pid_start, host, "
-                      "upper, updated_at")
 
 # Connections opened by record_upper in a process that then forked: the child must neither use
 # nor close them (SQLite forbids carrying a connection across fork()), so they are kept here.
 _INHERITED: list[sqlite3.Connection] = []
-
-
-# --------------------------------------------------------------------------------------------
-# liveness
-
-
-def _process_start(pid: int) -> float | None:
-    """The start time of process ``pid`` (seconds since the epoch), or ``None`` if unknown."""
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.Error, OSError, ValueError):
-        return None
-
-
-def pid_alive(pid: int, pid_start: float | None = None, host: str | None = None) -> bool:
-    """Whether process ``pid`` is running now (on this host).
-
-    ``os.getpid()`` is always alive. A zombie (exited, not yet reaped) counts as dead. If
-    ``pid_start`` (the process start time recorded at registration) is given and the running
-    process ``pid`` started at a different time, the pid was reused: dead. A ``host`` other than
-    this machine's cannot be checked and is reported alive."""
-    if host is not None and host != _HOST:
-        return True
-    if pid == os.getpid():
-        return True
-    if pid is None or pid <= 0:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        if pid_start is not None and abs(proc.create_time() - pid_start) > 1.0:
-            return False
-        return True
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:  # exists, owned by someone else
-        return True
-
-
-# --------------------------------------------------------------------------------------------
-# records
-
-
-def _to_time(t: Any) -> Any:
-    """JSON gives lists for tuples: turn every (nested) list back into a tuple."""
-    if isinstance(t, list):
-        return tuple(_to_time(x) for x in t)
-    return t
-
-
-def _encode_upper(upper: Any) -> str:
-    """``upper`` (an iterable of times: ints, or tuples/lists of ints) as the stored JSON text.
-    Raises :class:`CatalogError` for anything else (e.g. floats, strings, a non-iterable)."""
-    try:
-        times = [[operator.index(x) for x in t] if isinstance(t, (tuple, list))
-                 else operator.index(t) for t in upper]
-    except TypeError:
-        raise CatalogError(f"upper must be an iterable of times (ints, or tuples of ints), "
-                           f"got {upper!r}") from None
-    return json.dumps(times)
-
-
-def _decode_upper(text: str) -> tuple:
-    return tuple(_to_time(t) for t in json.loads(text or "[]"))
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    """One registered partition of a topic, as the catalog saw it when it was read.
-
-    - ``index``: partition number, ``0 <= index < TopicInfo.partitions``;
-    - ``endpoint``: ZeroMQ endpoint of its publisher; ``ingest``: optional second endpoint;
-    - ``state``: ``"live"``, ``"closed"`` (finished cleanly), ``"aborted"`` (stopped on an error;
-      its open epochs will never complete) or ``"dead"`` (stored ``live`` but the process is
-      gone, judged when read);
-    - ``incarnation``: id of the publisher run; ``pid``: its process id;
-    - ``upper``: the stored upper frontier, a tuple of times (ints, or tuples of ints for product
-      orders), in every state: while ``live`` the last one recorded (``register_partition(upper=)``,
-      then :meth:`Catalog.record_upper`; ``()`` if none), once ``closed``/``aborted`` the final
-      one given to :meth:`Catalog.close_partition`, when ``dead`` the last one recorded before
-      the process died;
-    - ``updated_at``: ``time.time()`` of the last register/heartbeat/record_upper/close, in
-      seconds;
-    - ``host``, ``pid_start``: where and when the publisher process started (liveness checks).
-    """
-
-    index: int
-    endpoint: str
-    ingest: str | None
-    state: str
-    incarnation: str
-    pid: int
-    upper: tuple
-    updated_at: float
-    host: str | None = None
-    pid_start: float | None = None
-
-    @property
-    def alive(self) -> bool:
-        """``True`` iff the state is ``"live"`` and the publisher process is running now."""
-        return self.state == "live" and pid_alive(self.pid, self.pid_start, self.host)
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    """A topic's definition plus its registered partitions (``partition_info``, sorted by index;
-    a partition nobody registered yet is absent, so it may hold fewer than ``partitions``)."""
-
-    name: str
-    order_name: str
-    codec: str
-    partitions: int
-    schema: str | None
-    partition_info: tuple[PartitionInfo, ...]
-
-    @property
-    def order(self):
-        """The order object (``epochstream.order.by_name(order_name)``)."""
-        return by_name(self.order_name)
-
-    @property
-    def complete(self) -> bool:
-        """Whether every partition ``0..partitions-1`` is registered."""
-        return {p.index for p in self.partition_info} == set(range(self.partitions))
-
-    @property
-    def endpoints(self) -> tuple[str, ...]:
-        """Endpoints of partitions ``0..partitions-1``, in order.
-
-        Raises :class:`CatalogError` naming the missing indices if some partition is not
-        registered."""
-        by_index = {p.index: p.endpoint for p in self.partition_info}
-        missing = [i for i in range(self.partitions) if i not in by_index]
-        if missing:
-            raise CatalogError(
-                f"topic {self.name!r}: partition(s) {missing} of {self.partitions} not registered "
-                f"by any publisher yet")
-        return tuple(by_index[i] for i in range(self.partitions))
-
-    def describe(self) -> str:
-        return (f"order={self.order_name!r}, codec={self.codec!r}, partitions={self.partitions}, "
-                f"schema={self.schema!r}")
-
-
-# --------------------------------------------------------------------------------------------
-# catalog
-
-
-def _is_busy(e: sqlite3.OperationalError) -> bool:
-    """Whether ``e`` is SQLITE_BUSY or SQLITE_LOCKED (any extended code), i.e. worth a retry."""
-    code = getattr(e, "sqlite_errorcode", None)
-    if code is None:  # pragma: no cover - sqlite3 without error codes
-        return "locked" in str(e) or "busy" in str(e)
-    return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
 
 
 def default_catalog_path() -> Path:
@@ -307,6 +81,8 @@ def default_catalog_path() -> Path:
 
 
 def _resolve(path: str | os.PathLike) -> Path:
+    """The catalog file for ``path``: ``<dir>/catalog.sqlite`` for a directory (existing, or
+    not existing and without a catalog file suffix), else ``path`` itself."""
     p = Path(path).expanduser()
     if p.is_dir():
         return p / DEFAULT_FILE
@@ -315,16 +91,39 @@ def _resolve(path: str | os.PathLike) -> Path:
     return p / DEFAULT_FILE  # a directory that does not exist yet
 
 
+def _topic_definition(topic: Any, order: Any, codec: Any, partitions: Any,
+                      schema: Any) -> tuple[str, str, int, str | None]:
+    """``create_topic``'s arguments checked: ``(order_name, codec, partitions, schema)`` as
+    stored (``order_name`` canonical, per ``order.by_name``). Raises :class:`CatalogError`."""
+    if not isinstance(topic, str) or not topic:
+        raise CatalogError(f"topic name must be a non-empty string, got {topic!r}")
+    order_name = order if isinstance(order, str) else getattr(order, "name", None)
+    if not isinstance(order_name, str):
+        raise CatalogError(f"order must be an order object with .name or its name, got {order!r}")
+    try:
+        order_name = by_name(order_name).name
+    except ValueError as e:
+        raise CatalogError(f"topic {topic!r}: {e}") from None
+    if not isinstance(codec, str) or not codec:
+        raise CatalogError(f"topic {topic!r}: codec must be a non-empty string, got {codec!r}")
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise CatalogError(f"topic {topic!r}: partitions must be an int >= 1, got {partitions!r}")
+    if schema is not None and not isinstance(schema, str):
+        raise CatalogError(f"topic {topic!r}: schema must be a str or None, got "
+                           f"{type(schema).__name__}")
+    return order_name, codec, partitions, schema
+
+
 class Catalog:
-    """The topic catalog stored in one SQLite file (see the module docstring for the schema).
+    """The topic catalog stored in one SQLite file (schema: :mod:`epochstream.catalog_schema`).
 
     ``path``: a directory (the file is ``<dir>/catalog.sqlite``) or a file ending in
     ``.sqlite``/``.sqlite3``/``.db`` (or any existing file). ``None`` means
     ``$EPOCHSTREAM_CATALOG`` if set, else ``./.epochstream/catalog.sqlite`` in the current working
     directory. Missing directories are created, and so is the file with its schema; an existing
-    file of an older schema version is migrated (see the module docstring). Raises
-    :class:`CatalogError` if the file cannot be opened, created or migrated (including when other
-    processes keep it locked for longer than the busy timeout of 5 s, or it was written by a
+    file of an older schema version is migrated (:func:`~epochstream.catalog_schema.ensure_schema`).
+    Raises :class:`CatalogError` if the file cannot be opened, created or migrated (including when
+    other processes keep it locked for longer than the busy timeout of 5 s, or it was written by a
     newer version).
 
     Safe to use from several threads and processes at once, including several processes
@@ -340,8 +139,10 @@ class Catalog:
             raise CatalogError(f"cannot create catalog directory {self.path.parent}: {e}") from e
         with self._connect() as conn:
             deadline = time.monotonic() + BUSY_TIMEOUT_S
-            self._retry_busy(self._enable_wal, conn, deadline, "switch it to WAL mode")
-            self._retry_busy(self._ensure_schema, conn, deadline, "create or migrate its schema")
+            retry_busy(enable_wal, conn, deadline=deadline, timeout=BUSY_TIMEOUT_S,
+                       path=self.path, what="switch it to WAL mode")
+            retry_busy(ensure_schema, conn, deadline=deadline, timeout=BUSY_TIMEOUT_S,
+                       path=self.path, what="create or migrate its schema")
 
     def __repr__(self) -> str:
         return f"Catalog({str(self.path)!r})"
@@ -350,6 +151,8 @@ class Catalog:
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A fresh autocommit connection with the busy timeout and foreign keys set, closed on
+        exit; any :class:`sqlite3.Error` inside becomes a :class:`CatalogError` naming the file."""
         try:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as e:
@@ -362,79 +165,6 @@ class Catalog:
             raise CatalogError(f"catalog {self.path}: {e}") from e
         finally:
             conn.close()
-
-    def _retry_busy(self, step, conn: sqlite3.Connection, deadline: float, what: str) -> None:
-        """Run ``step(conn)``, retrying with jittered exponential backoff (1 ms doubling up to
-        50 ms) while SQLite reports BUSY/LOCKED, until ``deadline`` (``time.monotonic()``).
-
-        Needed at creation: switching a new file to WAL takes an exclusive lock from within a
-        read transaction, and SQLite then returns ``database is locked`` at once, without calling
-        the busy handler, if another connection holds a lock (it would otherwise deadlock)."""
-        delay = 0.001
-        while True:
-            try:
-                step(conn)
-                return
-            except sqlite3.OperationalError as e:
-                if not _is_busy(e):
-                    raise
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise CatalogError(f"catalog {self.path}: could not {what} within "
-                                       f"{BUSY_TIMEOUT_S:g} s: {e}") from e
-                time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
-                delay = min(delay * 2, 0.05)
-
-    def _enable_wal(self, conn: sqlite3.Connection) -> None:
-        """Put the file in WAL mode (persistent; a no-op if it already is)."""
-        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-        if str(mode).lower() != "wal":
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":  # pragma: no cover - e.g. a filesystem without mmap
-            raise CatalogError(f"catalog {self.path}: cannot switch to WAL mode (got {mode!r})")
-
-    def _check_version(self, version: int) -> None:
-        if version > SCHEMA_VERSION:
-            raise CatalogError(
-                f"catalog {self.path} has schema version {version}, newer than this epochstream "
-                f"understands ({SCHEMA_VERSION}); upgrade epochstream or use another catalog")
-
-    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        """Create the tables in a new file or migrate an old one to :data:`SCHEMA_VERSION`, in
-        one ``BEGIN IMMEDIATE`` transaction; the version is read again once the write lock is
-        held, so of several processes doing this at once only the first one changes anything."""
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        self._check_version(version)
-        if version == SCHEMA_VERSION:
-            return
-        # Rebuilding a table is done with foreign keys off (SQLite's documented procedure); the
-        # pragma has no effect inside a transaction, so it is set before BEGIN.
-        conn.execute("PRAGMA foreign_keys=OFF")
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                self._check_version(version)
-                if version < SCHEMA_VERSION:
-                    old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                                       "AND name = 'partitions'").fetchone() is not None
-                    conn.execute(_TOPICS_DDL)
-                    if old:  # version 0: state's CHECK lacks 'aborted'; rebuild, keeping rows
-                        conn.execute(_PARTITIONS_DDL.format(name="partitions_v1"))
-                        conn.execute(f"INSERT INTO partitions_v1 ({_PARTITION_COLUMNS}) "
-                                     f"SELECT {_PARTITION_COLUMNS} FROM partitions")
-                        conn.execute("DROP TABLE partitions")
-                        conn.execute("ALTER TABLE partitions_v1 RENAME TO partitions")
-                    else:
-                        conn.execute(_PARTITIONS_DDL.format(name="partitions"))
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        finally:
-            conn.execute("PRAGMA foreign_keys=ON")
 
     def _hot(self) -> sqlite3.Connection:
         """This thread's long-lived connection for :meth:`record_upper` (opened on first use).
@@ -493,28 +223,22 @@ class Catalog:
 
     @staticmethod
     def _existing(conn: sqlite3.Connection) -> list[str]:
+        """The names of all topics, sorted."""
         return [r[0] for r in conn.execute("SELECT name FROM topics ORDER BY name")]
 
-    @staticmethod
-    def _partition(row) -> PartitionInfo:
-        idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, updated_at = row
-        if state == "live" and not pid_alive(pid, pid_start, host):
-            state = "dead"
-        return PartitionInfo(index=idx, endpoint=endpoint, ingest=ingest, state=state,
-                             incarnation=incarnation, pid=pid, upper=_decode_upper(upper),
-                             updated_at=updated_at, host=host, pid_start=pid_start)
-
     def _read_topic(self, conn: sqlite3.Connection, topic: str) -> TopicInfo | None:
+        """``topic``'s :class:`TopicInfo` with its partitions sorted by index (liveness judged
+        now), or ``None`` if there is no such topic."""
         row = conn.execute(
             "SELECT name, order_name, codec, partitions, schema FROM topics WHERE name = ?",
             (topic,)).fetchone()
         if row is None:
             return None
         parts = conn.execute(
-            "SELECT idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, "
-            "updated_at FROM partitions WHERE topic = ? ORDER BY idx", (topic,)).fetchall()
+            f"SELECT {ROW_COLUMNS} FROM partitions WHERE topic = ? ORDER BY idx",
+            (topic,)).fetchall()
         return TopicInfo(name=row[0], order_name=row[1], codec=row[2], partitions=row[3],
-                         schema=row[4], partition_info=tuple(self._partition(p) for p in parts))
+                         schema=row[4], partition_info=tuple(partition_from_row(p) for p in parts))
 
     # ---- topics
 
@@ -531,27 +255,11 @@ class Catalog:
         Idempotent: if the topic exists with the identical definition nothing changes. Raises
         :class:`CatalogError` if it exists with a different definition (the message names both),
         or if an argument is invalid (unknown order name, ``partitions < 1``, empty names)."""
-        if not isinstance(topic, str) or not topic:
-            raise CatalogError(f"topic name must be a non-empty string, got {topic!r}")
-        order_name = order if isinstance(order, str) else getattr(order, "name", None)
-        if not isinstance(order_name, str):
-            raise CatalogError(f"order must be an order object with .name or its name, got {order!r}")
-        try:
-            order_name = by_name(order_name).name
-        except ValueError as e:
-            raise CatalogError(f"topic {topic!r}: {e}") from None
-        if not isinstance(codec, str) or not codec:
-            raise CatalogError(f"topic {topic!r}: codec must be a non-empty string, got {codec!r}")
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise CatalogError(f"topic {topic!r}: partitions must be an int >= 1, got {partitions!r}")
-        if schema is not None and not isinstance(schema, str):
-            raise CatalogError(f"topic {topic!r}: schema must be a str or None, got "
-                               f"{type(schema).__name__}")
+        wanted = _topic_definition(topic, order, codec, partitions, schema)
         with self._write() as conn:
             row = conn.execute(
                 "SELECT order_name, codec, partitions, schema FROM topics WHERE name = ?",
                 (topic,)).fetchone()
-            wanted = (order_name, codec, partitions, schema)
             if row is None:
                 conn.execute(
                     "INSERT INTO topics (name, order_name, codec, partitions, schema, created_at) "
@@ -639,36 +347,42 @@ class Catalog:
             raise CatalogError(f"partition index must be an int, got {partition!r}")
         if not isinstance(endpoint, str) or not endpoint:
             raise CatalogError(f"endpoint must be a non-empty string, got {endpoint!r}")
-        upper_text = _encode_upper(upper)
+        upper_text = encode_upper(upper)
         pid = os.getpid() if pid is None else int(pid)
         incarnation = uuid.uuid4().hex if incarnation is None else str(incarnation)
-        pid_start = _process_start(pid)
+        pid_start = process_start(pid)
         with self._write() as conn:
-            row = conn.execute("SELECT partitions FROM topics WHERE name = ?", (topic,)).fetchone()
-            if row is None:
-                raise TopicNotFound(topic, self._existing(conn))
-            if not 0 <= partition < row[0]:
-                raise CatalogError(
-                    f"topic {topic!r} has {row[0]} partition(s) (0..{row[0] - 1}); "
-                    f"cannot register partition {partition}")
-            held = conn.execute(
-                "SELECT idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, "
-                "updated_at FROM partitions WHERE topic = ? AND idx = ?",
-                (topic, partition)).fetchone()
-            if held is not None:
-                current = self._partition(held)
-                if current.incarnation != incarnation and current.state == "live":
-                    raise PartitionHeld(
-                        f"partition {partition} of topic {topic!r} is held by a live publisher "
-                        f"(pid {current.pid} on {current.host}, endpoint {current.endpoint}, "
-                        f"incarnation {current.incarnation}); stop it first")
+            self._check_claim(conn, topic, partition, incarnation)
             conn.execute(
                 "INSERT OR REPLACE INTO partitions (topic, idx, endpoint, ingest, state, "
                 "incarnation, pid, pid_start, host, upper, updated_at) "
                 "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?)",
-                (topic, partition, endpoint, ingest, incarnation, pid, pid_start, _HOST,
+                (topic, partition, endpoint, ingest, incarnation, pid, pid_start, HOST,
                  upper_text, time.time()))
         return incarnation
+
+    def _check_claim(self, conn: sqlite3.Connection, topic: str, partition: int,
+                     incarnation: str) -> None:
+        """Inside a write transaction: raise unless ``incarnation`` may claim ``partition`` of
+        ``topic`` (:class:`TopicNotFound`, :class:`CatalogError` for an index out of range,
+        :class:`PartitionHeld` for a live holder with another incarnation)."""
+        row = conn.execute("SELECT partitions FROM topics WHERE name = ?", (topic,)).fetchone()
+        if row is None:
+            raise TopicNotFound(topic, self._existing(conn))
+        if not 0 <= partition < row[0]:
+            raise CatalogError(
+                f"topic {topic!r} has {row[0]} partition(s) (0..{row[0] - 1}); "
+                f"cannot register partition {partition}")
+        held = conn.execute(
+            f"SELECT {ROW_COLUMNS} FROM partitions WHERE topic = ? AND idx = ?",
+            (topic, partition)).fetchone()
+        if held is not None:
+            current = partition_from_row(held)
+            if current.incarnation != incarnation and current.state == "live":
+                raise PartitionHeld(
+                    f"partition {partition} of topic {topic!r} is held by a live publisher "
+                    f"(pid {current.pid} on {current.host}, endpoint {current.endpoint}, "
+                    f"incarnation {current.incarnation}); stop it first")
 
     def close_partition(self, topic: str, partition: int, incarnation: str,
                         upper: Any = (), *, aborted: bool = False) -> bool:
@@ -683,7 +397,7 @@ class Catalog:
         no-op. Returns whether a row was updated (callers may ignore it). ``updated_at`` becomes
         ``time.time()``. Raises :class:`CatalogError` if ``upper`` is not an iterable of int
         times or the file cannot be written."""
-        text = _encode_upper(upper)
+        text = encode_upper(upper)
         state = "aborted" if aborted else "closed"
         with self._write() as conn:
             cur = conn.execute(
@@ -709,7 +423,7 @@ class Catalog:
         About 30-40 µs per call on a local SSD. Raises :class:`CatalogError` if ``upper`` is
         invalid or the file cannot be written (e.g. locked by another writer for longer than
         the busy timeout of 5 s)."""
-        text = _encode_upper(upper)
+        text = encode_upper(upper)
         with self._lock:
             try:
                 cur = self._hot().execute(

@@ -1,4 +1,5 @@
-"""Multipart wire format and payload codecs (see ``docs/protocol.md`` for the full spec).
+"""Multipart wire format: message kinds, frame encoding and decoding, control-header schemas
+(see ``docs/protocol.md`` for the full spec; the payload codecs are in :mod:`epochstream.codecs`).
 
 Every message is a ZeroMQ multipart message (Strymon: "time and data in separate multi-part
 slots ... drop filtered messages without decoding the data part"):
@@ -60,25 +61,20 @@ violation is a :class:`~epochstream.errors.WireError` naming kind and field, e.g
 
 Times are msgpack ints, or arrays of ints for product orders (decoded as tuples).
 
-Codecs (``codec(name)``): ``msgpack`` — a list of records (dicts, tuples or scalars; datetimes as
-ISO-8601 strings); ``arrow`` — Arrow IPC stream bytes holding exactly one RecordBatch. Encoding
-refuses, with a :class:`~epochstream.errors.WireError`, anything that is not a batch of records
-(a dict, a string, bytes, a set, ``None``, a scalar, an iterator): ``send(t, {"a": 1})`` would
-otherwise publish the dict's keys, ``send(t, "abc")`` its characters.
+The payload of frame 2 is encoded by a codec of :mod:`epochstream.codecs` (``msgpack``,
+``arrow``); :func:`codec`, :data:`CODECS`, :class:`MsgpackCodec` and :class:`ArrowCodec` are
+re-exported here, so ``epochstream.wire.codec(name)`` keeps working.
 
 Every decoding failure raises :class:`~epochstream.errors.WireError` naming what was wrong.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
-from collections.abc import Sequence as _Sequence
 from typing import Any, Callable, NamedTuple
 
 import msgpack
-import pyarrow as pa
 
+from .codecs import CODECS, ArrowCodec, MsgpackCodec, codec
 from .errors import WireError
 from .events import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
 
@@ -179,7 +175,8 @@ class Heartbeat:
 
 
 class Notice:
-    """Decoded ``X`` message: ``code`` (``"lagged"``, ``"error"``), ``message`` and extra fields."""
+    """Decoded ``X`` message: ``code`` (``"lagged"``, ``"error"``, ``"rejoin"``), ``message`` and
+    ``extra`` (the whole header map, ``code`` and ``message`` included)."""
 
     __slots__ = ("code", "message", "extra")
 
@@ -344,184 +341,3 @@ def decode_control(frames) -> tuple[bytes, dict]:
         elif f.required:
             raise WireError(f"{name}.{f.name} is required ({f.expected}); header was {_show(h)}")
     return kind, header
-
-
-# -- codecs -----------------------------------------------------------------------------------
-_IS_DICT = dict.__instancecheck__  # isinstance(row, dict), as a fast callable for map()
-
-
-def _kind_of(obj) -> str:
-    return "None" if obj is None else type(obj).__name__
-
-
-def _record_sequence(records) -> list:
-    """``records`` as a list if it is a sequence of records (a list, a tuple, or another
-    :class:`collections.abc.Sequence` such as a ``range`` or a ``deque``); :class:`WireError`
-    for a dict, str, bytes-like object, set, ``None``, a scalar or an iterator that is not a
-    sequence (refused so that nothing is half-consumed)."""
-    if isinstance(records, (str, bytes, bytearray, memoryview)) or not isinstance(records, _Sequence):
-        raise WireError(f"records must be a list or tuple of records, got {_kind_of(records)}")
-    return list(records)
-
-
-def _default(obj):
-    if isinstance(obj, (_dt.datetime, _dt.date, _dt.time)):
-        return obj.isoformat()
-    if isinstance(obj, decimal.Decimal):
-        return str(obj)
-    item = getattr(obj, "item", None)  # numpy scalars
-    if item is not None:
-        return item()
-    raise TypeError(f"cannot encode {type(obj).__name__} with the msgpack codec")
-
-
-class MsgpackCodec:
-    """Payload = msgpack array of records. ``encode(records: Sequence) -> bytes``;
-    ``decode(bytes) -> tuple`` of records (maps decode as dicts, arrays as tuples);
-    ``combine(chunks) -> list``. Datetimes/dates encode as ISO-8601 strings, numpy scalars as
-    Python numbers, Decimals as strings."""
-
-    name = "msgpack"
-
-    def __init__(self):
-        self._pack = msgpack.Packer(use_bin_type=True, default=_default).pack
-
-    def encode(self, records) -> bytes:
-        if not isinstance(records, (list, tuple)):  # the hot path is this one isinstance
-            records = _record_sequence(records)
-        try:
-            return self._pack(records)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise WireError(f"msgpack codec cannot encode records: {exc}") from None
-
-    def decode(self, payload) -> tuple:
-        try:
-            out = msgpack.unpackb(payload, use_list=False, raw=False, strict_map_key=False)
-        except Exception as exc:
-            raise WireError(f"msgpack payload does not decode: {exc}") from None
-        if not isinstance(out, tuple):
-            raise WireError(f"msgpack payload must be an array of records, got {type(out).__name__}")
-        return out
-
-    @staticmethod
-    def count(records) -> int:
-        return len(records)
-
-    @staticmethod
-    def merge(payloads: list) -> bytes | None:
-        """Concatenate encoded payloads (msgpack arrays) into one array without decoding the
-        records: only the array headers are rewritten. ``None`` if one is not an array."""
-        total = 0
-        bodies = []
-        for p in payloads:
-            n, skip = _array_header(p)
-            if n is None:
-                return None
-            total += n
-            bodies.append(memoryview(p)[skip:])
-        if total < 16:
-            head = bytes([0x90 | total])
-        elif total < 1 << 16:
-            head = b"\xdc" + total.to_bytes(2, "big")
-        else:
-            head = b"\xdd" + total.to_bytes(4, "big")
-        return b"".join([head, *bodies])
-
-    @staticmethod
-    def combine(chunks: list) -> list:
-        out: list = []
-        for c in chunks:
-            out.extend(c)
-        return out
-
-
-def _array_header(p) -> tuple[int | None, int]:
-    """(element count, header length) of a msgpack array, or (None, 0)."""
-    if not len(p):
-        return None, 0
-    b0 = p[0]
-    if 0x90 <= b0 <= 0x9f:
-        return b0 & 0x0f, 1
-    if b0 == 0xdc and len(p) >= 3:
-        return int.from_bytes(p[1:3], "big"), 3
-    if b0 == 0xdd and len(p) >= 5:
-        return int.from_bytes(p[1:5], "big"), 5
-    return None, 0
-
-
-class ArrowCodec:
-    """Payload = Arrow IPC stream with exactly one RecordBatch.
-
-    ``encode(records)`` takes a ``pyarrow.RecordBatch``, a ``pyarrow.Table`` (combined into one
-    batch) or a list of dicts; ``decode(bytes) -> pyarrow.RecordBatch`` (zero-copy over the frame);
-    ``combine(chunks) -> pyarrow.Table``."""
-
-    name = "arrow"
-
-    def __init__(self):
-        self._pa = pa
-
-    def encode(self, records) -> bytes:
-        pa = self._pa
-        if isinstance(records, pa.RecordBatch):
-            pass
-        elif isinstance(records, pa.Table):
-            records = records.combine_chunks().to_batches()
-            records = records[0] if len(records) == 1 else pa.concat_batches(records)
-        else:
-            if isinstance(records, (str, bytes, bytearray, memoryview)) or not isinstance(
-                    records, _Sequence):
-                raise WireError("records must be a pyarrow.RecordBatch, a pyarrow.Table or a list "
-                                f"of dicts, got {_kind_of(records)}")
-            rows = records if isinstance(records, list) else list(records)
-            # pyarrow would read a str row as a row of nulls; one cheap pass (~2% of from_pylist)
-            if not all(map(_IS_DICT, rows)):
-                i, bad = next((i, r) for i, r in enumerate(rows) if not isinstance(r, dict))
-                raise WireError(f"arrow codec: records must be dicts, record {i} is of type "
-                                f"{_kind_of(bad)}")
-            try:
-                records = pa.RecordBatch.from_pylist(rows)
-            except (pa.ArrowException, TypeError, ValueError, AttributeError, KeyError) as exc:
-                raise WireError(f"arrow codec cannot encode records: {exc}") from None
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, records.schema) as writer:
-            writer.write_batch(records)
-        return sink.getvalue().to_pybytes()
-
-    def decode(self, payload):
-        pa = self._pa
-        try:
-            reader = pa.ipc.open_stream(pa.py_buffer(payload))
-            batches = list(reader)
-        except Exception as exc:
-            raise WireError(f"arrow payload does not decode: {exc}") from None
-        if len(batches) != 1:
-            raise WireError(f"arrow payload must hold exactly one RecordBatch, got {len(batches)}")
-        return batches[0]
-
-    @staticmethod
-    def count(records) -> int:
-        return records.num_rows
-
-    @staticmethod
-    def merge(payloads: list) -> None:
-        """Arrow payloads are not merged (one RecordBatch per message)."""
-        return None
-
-    def combine(self, chunks: list):
-        return self._pa.Table.from_batches(chunks)
-
-
-CODECS = {"msgpack": MsgpackCodec, "arrow": ArrowCodec}
-_codec_cache: dict[str, Any] = {}
-
-
-def codec(name: str):
-    """The codec object for ``name`` (``"msgpack"`` or ``"arrow"``); ``ValueError`` otherwise."""
-    c = _codec_cache.get(name)
-    if c is None:
-        cls = CODECS.get(name)
-        if cls is None:
-            raise ValueError(f"unknown codec {name!r}; known codecs: {sorted(CODECS)}")
-        c = _codec_cache[name] = cls()
-    return c

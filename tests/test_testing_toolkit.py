@@ -6,7 +6,11 @@ subscribers (mutation tests)."""
 import hypothesis_profiles  # noqa: F401  (loads the Hypothesis profile)
 
 import collections
+import importlib
 import inspect
+import pkgutil
+import subprocess
+import sys
 
 import pytest
 from hypothesis import Phase, find, given, settings
@@ -17,6 +21,7 @@ from epochstream.errors import ProtocolError
 from epochstream.order import TOTAL, product
 from epochstream.protocol import PublisherProtocol
 from epochstream import testing as T
+from epochstream.testing import model
 from epochstream.testing import (OrderViolation, antichains, assert_epoch_atomic, check_order,
                                  event_streams, lower_after, maximal, minimal, oracle, orders,
                                  times, universe)
@@ -293,14 +298,44 @@ def _names(code):
     return names
 
 
+# Imports the toolkit with the production frontier and protocol made unimportable, then runs the
+# oracle and the strategies: any import of either, direct or indirect, fails it.
+_BLOCKED_IMPORT = """
+import sys, warnings
+sys.modules["epochstream.frontier"] = sys.modules["epochstream.protocol"] = None
+from epochstream.order import TOTAL, product
+from epochstream.testing import event_streams, oracle
+warnings.simplefilter("ignore")
+exp = oracle(product(2), [[("data", (1, 0), ["a"]), ("close",)]], [0])
+assert exp.delivered == {(1, 0): ["a"]} and exp.latent((1, 0)), exp
+event_streams(TOTAL).example()
+"""
+
+
 def test_oracle_is_independent_of_production_code():
+    """The oracle's code names no frontier/protocol code, no toolkit module imports either at
+    the top, and the toolkit imports and runs its oracle and strategies without them."""
     banned = {"frontier", "protocol", "Antichain", "MutableAntichain", "PublisherProtocol",
               "SubscriberProtocol", "EpochAssembler", "replay"}
-    for fn in (T.oracle, T.minimal, T.maximal, T.lower_after, T._counts_after):
-        assert not (_names(fn.__code__) & banned), (fn.__name__, _names(fn.__code__) & banned)
-    # and the module does not import them at the top
-    top = [line for line in inspect.getsource(T).splitlines() if line.startswith(("import ", "from "))]
-    assert not any("frontier" in line or "protocol" in line for line in top), top
+    fns = [f for f in vars(model).values()
+           if inspect.isfunction(f) and f.__module__ == model.__name__]
+    fns += [f for f in vars(model.Expected).values() if inspect.isfunction(f)]
+    assert {T.oracle, T.minimal, T.maximal, T.lower_after, model._counts_after} <= set(fns)
+    for fn in fns:
+        names = {part for name in _names(fn.__code__) for part in name.split(".")}
+        assert not (names & banned), (fn.__name__, names & banned)
+    # no module of the toolkit imports them at the top
+    modules = [T] + [importlib.import_module(f"{T.__name__}.{m.name}")
+                     for m in pkgutil.iter_modules(T.__path__)]
+    assert model in modules
+    for mod in modules:
+        top = [line for line in inspect.getsource(mod).splitlines()
+               if line.startswith(("import ", "from "))]
+        assert not any("frontier" in line or "protocol" in line for line in top), (mod.__name__, top)
+    # and importing the toolkit loads neither, so the oracle runs without them
+    done = subprocess.run([sys.executable, "-c", _BLOCKED_IMPORT], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_minimal_maximal_brute_force():

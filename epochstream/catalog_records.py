@@ -1,0 +1,145 @@
+"""The catalog's records: the values a reader gets (:class:`TopicInfo`, :class:`PartitionInfo`)
+and how a partition row's columns become them.
+
+A partition's ``upper`` frontier is stored as JSON text (:func:`encode_upper`,
+:func:`decode_upper`): a list of times, each an int or a list of ints (a product time); it reads
+back as a tuple of times, product times as tuples. A row is read with the columns
+:data:`ROW_COLUMNS`, in that order, and :func:`partition_from_row` turns it into a
+:class:`PartitionInfo`, reporting a stored ``live`` state whose process is gone as ``"dead"``
+(judged now, by :func:`~epochstream.catalog_liveness.pid_alive`).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+from .catalog_liveness import pid_alive
+from .errors import CatalogError
+from .order import by_name
+
+__all__ = ["PartitionInfo", "TopicInfo", "ROW_COLUMNS", "partition_from_row", "encode_upper",
+           "decode_upper"]
+
+ROW_COLUMNS = ("idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, "
+               "updated_at")
+"""The ``partitions`` columns :func:`partition_from_row` reads, in order (for a ``SELECT``)."""
+
+
+def _to_time(t: Any) -> Any:
+    """JSON gives lists for tuples: turn every (nested) list back into a tuple."""
+    if isinstance(t, list):
+        return tuple(_to_time(x) for x in t)
+    return t
+
+
+def encode_upper(upper: Any) -> str:
+    """``upper`` (an iterable of times: ints, or tuples/lists of ints) as the stored JSON text.
+    Raises :class:`CatalogError` for anything else (e.g. floats, strings, a non-iterable)."""
+    try:
+        times = [[operator.index(x) for x in t] if isinstance(t, (tuple, list))
+                 else operator.index(t) for t in upper]
+    except TypeError:
+        raise CatalogError(f"upper must be an iterable of times (ints, or tuples of ints), "
+                           f"got {upper!r}") from None
+    return json.dumps(times)
+
+
+def decode_upper(text: str) -> tuple:
+    """The stored JSON text of an ``upper`` column as a tuple of times (ints, or tuples of ints);
+    ``NULL``/empty text reads as ``()``."""
+    return tuple(_to_time(t) for t in json.loads(text or "[]"))
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One registered partition of a topic, as the catalog saw it when it was read.
+
+    - ``index``: partition number, ``0 <= index < TopicInfo.partitions``;
+    - ``endpoint``: ZeroMQ endpoint of its publisher; ``ingest``: optional second endpoint;
+    - ``state``: ``"live"``, ``"closed"`` (finished cleanly), ``"aborted"`` (stopped on an error;
+      its open epochs will never complete) or ``"dead"`` (stored ``live`` but the process is
+      gone, judged when read);
+    - ``incarnation``: id of the publisher run; ``pid``: its process id;
+    - ``upper``: the stored upper frontier, a tuple of times (ints, or tuples of ints for product
+      orders), in every state: while ``live`` the last one recorded (``register_partition(upper=)``,
+      then :meth:`~epochstream.catalog.Catalog.record_upper`; ``()`` if none), once
+      ``closed``/``aborted`` the final one given to
+      :meth:`~epochstream.catalog.Catalog.close_partition`, when ``dead`` the last one recorded
+      before the process died;
+    - ``updated_at``: ``time.time()`` of the last register/heartbeat/record_upper/close, in
+      seconds;
+    - ``host``, ``pid_start``: where and when the publisher process started (liveness checks).
+    """
+
+    index: int
+    endpoint: str
+    ingest: str | None
+    state: str
+    incarnation: str
+    pid: int
+    upper: tuple
+    updated_at: float
+    host: str | None = None
+    pid_start: float | None = None
+
+    @property
+    def alive(self) -> bool:
+        """``True`` iff the state is ``"live"`` and the publisher process is running now."""
+        return self.state == "live" and pid_alive(self.pid, self.pid_start, self.host)
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's definition plus its registered partitions (``partition_info``, sorted by index;
+    a partition nobody registered yet is absent, so it may hold fewer than ``partitions``)."""
+
+    name: str
+    order_name: str
+    codec: str
+    partitions: int
+    schema: str | None
+    partition_info: tuple[PartitionInfo, ...]
+
+    @property
+    def order(self):
+        """The order object (``epochstream.order.by_name(order_name)``)."""
+        return by_name(self.order_name)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every partition ``0..partitions-1`` is registered."""
+        return {p.index for p in self.partition_info} == set(range(self.partitions))
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """Endpoints of partitions ``0..partitions-1``, in order.
+
+        Raises :class:`CatalogError` naming the missing indices if some partition is not
+        registered."""
+        by_index = {p.index: p.endpoint for p in self.partition_info}
+        missing = [i for i in range(self.partitions) if i not in by_index]
+        if missing:
+            raise CatalogError(
+                f"topic {self.name!r}: partition(s) {missing} of {self.partitions} not registered "
+                f"by any publisher yet")
+        return tuple(by_index[i] for i in range(self.partitions))
+
+    def describe(self) -> str:
+        """The definition as one line of text (for error messages): order, codec, partitions,
+        schema."""
+        return (f"order={self.order_name!r}, codec={self.codec!r}, partitions={self.partitions}, "
+                f"schema={self.schema!r}")
+
+
+def partition_from_row(row) -> PartitionInfo:
+    """The :class:`PartitionInfo` of one ``partitions`` row read with :data:`ROW_COLUMNS`; a
+    ``live`` row whose process is not running now gets state ``"dead"``."""
+    idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, updated_at = row
+    if state == "live" and not pid_alive(pid, pid_start, host):
+        state = "dead"
+    return PartitionInfo(index=idx, endpoint=endpoint, ingest=ingest, state=state,
+                         incarnation=incarnation, pid=pid, upper=decode_upper(upper),
+                         updated_at=updated_at, host=host, pid_start=pid_start)

@@ -1,0 +1,205 @@
+"""The catalog's SQLite file format: its tables, schema version and migration, WAL mode, and the
+retry that creating a file needs when several processes open it at once.
+
+``PRAGMA user_version`` holds :data:`SCHEMA_VERSION`. ``0`` is a file written before versioning
+(its ``partitions.state`` only allowed ``live``/``closed``); :func:`ensure_schema` rebuilds the
+``partitions`` table of such a file in place, keeping every row, and sets the version. A file with
+a newer version than this code knows is refused with :class:`~epochstream.errors.CatalogError`.
+
+Schema
+------
+
+``topics`` — one row per topic::
+
+    name        TEXT PRIMARY KEY   -- the topic name
+    order_name  TEXT NOT NULL      -- the order's name: "total" or "product(n)" (order.by_name)
+    codec       TEXT NOT NULL      -- payload codec, e.g. "msgpack" or "arrow"
+    partitions  INTEGER NOT NULL   -- number of partitions, >= 1
+    schema      TEXT               -- optional payload schema (e.g. an Arrow schema as text/JSON)
+    created_at  REAL NOT NULL      -- time.time() of creation, seconds since the epoch
+
+``partitions`` — one row per *registered* partition of a topic (a partition that no publisher
+has registered yet has no row)::
+
+    topic       TEXT NOT NULL      -- topics.name (rows are deleted with their topic)
+    idx         INTEGER NOT NULL   -- partition index, 0 <= idx < topics.partitions
+    endpoint    TEXT NOT NULL      -- ZeroMQ endpoint subscribers connect to ("tcp://host:port")
+    ingest      TEXT               -- optional second endpoint (e.g. where producers push input)
+    state       TEXT NOT NULL      -- "live" (publisher running), "closed" (finished cleanly) or
+                                   -- "aborted" (stopped on an error: epochs it left incomplete
+                                   -- never complete)
+    incarnation TEXT NOT NULL      -- opaque id of this run of the publisher (uuid4 hex)
+    pid         INTEGER NOT NULL   -- OS process id of the publisher
+    pid_start   REAL               -- the process' start time (psutil), guards against pid reuse
+    host        TEXT               -- socket.gethostname() of the publisher's machine
+    upper       TEXT NOT NULL      -- JSON list of times (ints, or lists of ints for product
+                                   -- orders): the partition's upper frontier, i.e. a bound on the
+                                   -- times of data it may have sent. Set by register_partition
+                                   -- (default []), moved by record_upper while live, final once
+                                   -- closed or aborted (close_partition)
+    updated_at  REAL NOT NULL      -- time.time() of the last register/heartbeat/record_upper/close,
+                                   -- seconds
+    PRIMARY KEY (topic, idx)
+
+The stored state is only ever one of :data:`STATES`; readers also report ``"dead"``
+(:mod:`epochstream.catalog_liveness`).
+
+Concurrency at creation: the file runs in WAL mode (:func:`enable_wal`), and the schema is
+created or migrated inside one ``BEGIN IMMEDIATE`` transaction (:func:`ensure_schema`). Switching
+a new file to WAL can fail at once with ``database is locked`` when two processes do it together,
+whatever the busy timeout, so both steps run under :func:`retry_busy`.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from pathlib import Path
+from typing import Callable
+
+from .errors import CatalogError
+
+__all__ = ["SCHEMA_VERSION", "STATES", "ensure_schema", "enable_wal", "check_version",
+           "retry_busy", "is_busy"]
+
+SCHEMA_VERSION = 1
+"""``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated)."""
+
+STATES = ("live", "closed", "aborted")
+"""The states stored in ``partitions.state`` (readers also report ``"dead"``: module docstring)."""
+
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+_TOPICS_DDL = """
+CREATE TABLE IF NOT EXISTS topics (
+    name        TEXT PRIMARY KEY,
+    order_name  TEXT NOT NULL,
+    codec       TEXT NOT NULL,
+    partitions  INTEGER NOT NULL CHECK (partitions >= 1),
+    schema      TEXT,
+    created_at  REAL NOT NULL
+)
+"""
+
+# ``{name}``: "partitions", or the temporary name used while migrating an old file.
+_PARTITIONS_DDL = """
+CREATE TABLE IF NOT EXISTS {name} (
+    topic       TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    idx         INTEGER NOT NULL CHECK (idx >= 0),
+    endpoint    TEXT NOT NULL,
+    ingest      TEXT,
+    state       TEXT NOT NULL CHECK (state IN ('live', 'closed', 'aborted')),
+    incarnation TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    pid_start   REAL,
+    host        TEXT,
+    upper       TEXT NOT NULL DEFAULT '[]',
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (topic, idx)
+)
+"""
+
+_PARTITION_COLUMNS = ("topic, idx, endpoint, ingest, state, incarnation, pid, pid_start, host, "
+                      "upper, updated_at")
+
+
+def is_busy(e: sqlite3.OperationalError) -> bool:
+    """Whether ``e`` is SQLITE_BUSY or SQLITE_LOCKED (any extended code), i.e. worth a retry."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is None:  # pragma: no cover - sqlite3 without error codes
+        return "locked" in str(e) or "busy" in str(e)
+    return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+
+
+def retry_busy(step: Callable[[sqlite3.Connection, Path], None], conn: sqlite3.Connection, *,
+               deadline: float, timeout: float, path: Path, what: str) -> None:
+    """Run ``step(conn, path)`` (e.g. :func:`enable_wal`, :func:`ensure_schema`), retrying with jittered exponential backoff (1 ms doubling up to
+    50 ms) while SQLite reports BUSY/LOCKED, until ``deadline`` (``time.monotonic()``, seconds).
+
+    Needed at creation: switching a new file to WAL takes an exclusive lock from within a
+    read transaction, and SQLite then returns ``database is locked`` at once, without calling
+    the busy handler, if another connection holds a lock (it would otherwise deadlock).
+
+    Raises :class:`CatalogError` ("catalog <path>: could not <what> within <timeout> s") once the
+    deadline has passed; any other :class:`sqlite3.OperationalError` is re-raised at once."""
+    delay = 0.001
+    while True:
+        try:
+            step(conn, path)
+            return
+        except sqlite3.OperationalError as e:
+            if not is_busy(e):
+                raise
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CatalogError(f"catalog {path}: could not {what} within "
+                                   f"{timeout:g} s: {e}") from e
+            time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
+            delay = min(delay * 2, 0.05)
+
+
+def enable_wal(conn: sqlite3.Connection, path: Path) -> None:
+    """Put the file behind ``conn`` (at ``path``, for messages) in WAL mode (persistent; a no-op
+    if it already is). Raises :class:`CatalogError` if SQLite keeps another journal mode."""
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    if str(mode).lower() != "wal":
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if str(mode).lower() != "wal":  # pragma: no cover - e.g. a filesystem without mmap
+        raise CatalogError(f"catalog {path}: cannot switch to WAL mode (got {mode!r})")
+
+
+def check_version(version: int, path: Path) -> None:
+    """Raise :class:`CatalogError` if schema ``version`` (of the file at ``path``) is newer than
+    :data:`SCHEMA_VERSION`."""
+    if version > SCHEMA_VERSION:
+        raise CatalogError(
+            f"catalog {path} has schema version {version}, newer than this epochstream "
+            f"understands ({SCHEMA_VERSION}); upgrade epochstream or use another catalog")
+
+
+def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the tables in a new file or migrate an old one to :data:`SCHEMA_VERSION`, in
+    one ``BEGIN IMMEDIATE`` transaction; the version is read again once the write lock is
+    held, so of several processes doing this at once only the first one changes anything.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``); foreign keys are on again
+    when this returns. Raises :class:`CatalogError` for a newer file (:func:`check_version`)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    check_version(version, path)
+    if version == SCHEMA_VERSION:
+        return
+    # Rebuilding a table is done with foreign keys off (SQLite's documented procedure); the
+    # pragma has no effect inside a transaction, so it is set before BEGIN.
+    conn.execute("PRAGMA foreign_keys=OFF")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            check_version(version, path)
+            if version < SCHEMA_VERSION:
+                _create_or_migrate(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.execute("PRAGMA foreign_keys=ON")
+
+
+def _create_or_migrate(conn: sqlite3.Connection) -> None:
+    """Inside ``ensure_schema``'s transaction: create the tables of a new file, or rebuild the
+    ``partitions`` table of a version-0 file keeping its rows; then set the version."""
+    old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                       "AND name = 'partitions'").fetchone() is not None
+    conn.execute(_TOPICS_DDL)
+    if old:  # version 0: state's CHECK lacks 'aborted'; rebuild, keeping rows
+        conn.execute(_PARTITIONS_DDL.format(name="partitions_v1"))
+        conn.execute(f"INSERT INTO partitions_v1 ({_PARTITION_COLUMNS}) "
+                     f"SELECT {_PARTITION_COLUMNS} FROM partitions")
+        conn.execute("DROP TABLE partitions")
+        conn.execute("ALTER TABLE partitions_v1 RENAME TO partitions")
+    else:
+        conn.execute(_PARTITIONS_DDL.format(name="partitions"))
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
