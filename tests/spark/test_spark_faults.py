@@ -1,4 +1,4 @@
-"""Spark faults (issue 4, section 3), each with a real local SparkSession, a real
+"""Spark faults, each with a real local SparkSession, a real
 :class:`SparkPublisherHost` and a real :class:`Subscriber` over ZeroMQ — nothing we ship is mocked.
 
 1. a task's Python worker killed (SIGKILL) mid-write, after the sink staged some of its rows;
@@ -6,6 +6,8 @@
    the same checkpoint;
 3. the Spark driver (a separate Python process and its JVM) killed with SIGKILL mid-batch, then
    started again from the same checkpoint while the host kept serving.
+
+(A COMMIT whose attempt lost its staged rows is refused: ``test_host.py``.)
 
 Every test checks what a subscriber attached throughout received: each epoch exactly once, in
 order, and whole (row counts and dates equal the pandas reference of :mod:`epochstream.flights`).
@@ -29,93 +31,9 @@ pytest.importorskip("pyspark")
 
 from epochstream import flights  # noqa: E402
 from epochstream.catalog import Catalog  # noqa: E402
-from epochstream.spark import SparkPublisherHost, start_query  # noqa: E402
-from epochstream.transport import Subscriber  # noqa: E402
-
-TOPIC = "flights"
-QUERY_TIMEOUT = 180  # seconds: generous, the CI machine may be busy
-
-
-class Collector:
-    """A real Subscriber on its own thread, collecting (epoch, rows, dates, arrival time) until the
-    stream ends (the host closes). ``sub`` is exposed for its frontier and message counters."""
-
-    def __init__(self, catalog, *, timeout: float = 10.0):
-        self.epochs: list[tuple[int, int, set, float]] = []
-        self.error: BaseException | None = None
-        self.sub: Subscriber | None = None
-        self.ready = threading.Event()
-        self.changed = threading.Condition()
-        self.thread = threading.Thread(target=self._run, args=(catalog, timeout), daemon=True)
-        self.thread.start()
-        assert self.ready.wait(30), "subscriber not ready"
-        if self.error is not None:
-            raise self.error
-
-    def _run(self, catalog, timeout):
-        try:
-            with Subscriber(TOPIC, catalog=catalog, wait=10.0, timeout=timeout) as sub:
-                self.sub = sub
-                assert sub.wait_ready(20)
-                self.ready.set()
-                for e in sub.epochs(timeout=QUERY_TIMEOUT):
-                    t = e.records
-                    dates = set(t.column("dep_date").to_pylist()) if len(e) else set()
-                    with self.changed:
-                        self.epochs.append((e.time, len(e), dates, time.time()))
-                        self.changed.notify_all()
-        except BaseException as exc:  # noqa: BLE001
-            self.error = exc
-        finally:
-            self.ready.set()
-            with self.changed:
-                self.changed.notify_all()
-
-    def wait_for(self, epoch: int, timeout: float = 60.0) -> bool:
-        """Wait until ``epoch`` was delivered (or the subscriber failed)."""
-        with self.changed:
-            return self.changed.wait_for(
-                lambda: self.error is not None or any(e == epoch for e, *_ in self.epochs), timeout)
-
-    def delivered(self) -> list[int]:
-        with self.changed:
-            return [e for e, *_ in self.epochs]
-
-    def join(self):
-        self.thread.join(60)
-        assert not self.thread.is_alive()
-        if self.error is not None:
-            raise self.error
-
-
-def _check_whole(collected, files):
-    """Every epoch exactly once, in order, with exactly pandas' rows of exactly its day."""
-    assert [e for e, *_ in collected] == list(range(files.days))
-    for e, n, dates, _ in collected:
-        assert n == files.counts[e], f"epoch {e}: {n} rows, pandas says {files.counts[e]}"
-        assert dates == {files.dates[e]}
-
-
-def _stream(spark, files):
-    return (spark.readStream.schema(flights.spark_schema_ddl())
-            .option("maxFilesPerTrigger", files.files_per_day).parquet(files.directory))
-
-
-def _start(spark, df, host, ck):
-    return start_query(spark, df, TOPIC, checkpoint=ck, catalog=host.catalog_path,
-                       trigger={"availableNow": True})
-
-
-def _await(q):
-    assert q.awaitTermination(QUERY_TIMEOUT), "query did not finish"
-    assert q.exception() is None, q.exception()
-
-
-def _wait_until(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+from epochstream.spark import SparkPublisherHost  # noqa: E402
+from spark_support import (QUERY_TIMEOUT, TOPIC, Collector, await_query, check_whole,  # noqa: E402
+                           start, stream, wait_until)
 
 
 class _PublishTimes:
@@ -126,19 +44,6 @@ class _PublishTimes:
 
     def __call__(self, partition, epoch, rows):
         self.at.setdefault((partition, epoch), time.time())
-
-
-@pytest.fixture
-def quiet_spark(spark):
-    """The session with 100-row Arrow batches (a day of ~900 rows is > 64 KiB: the sink really
-    receives and stages rows before the injected fault) and no logging of the injected failures."""
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
-    spark.sparkContext.setLogLevel("OFF")
-    try:
-        yield spark
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-        spark.sparkContext.setLogLevel("ERROR")
 
 
 # ============================================================================================
@@ -210,13 +115,13 @@ def test_task_worker_killed_mid_write(quiet_spark, tmp_path, victim):
     published = _PublishTimes()
     with SparkPublisherHost(TOPIC, partitions=2, catalog=cat, on_published=published) as host:
         sub = Collector(cat)
-        df = _stream(spark, files)
-        q = _start(spark, df.mapInArrow(_inject, df.schema), host, tmp_path / "ck")
+        df = stream(spark, files)
+        q = start(spark, df.mapInArrow(_inject, df.schema), host, tmp_path / "ck")
         if victim == "writer":
-            _wait_until(lambda: held.exists() or not q.isActive, QUERY_TIMEOUT,
+            wait_until(lambda: held.exists() or not q.isActive, QUERY_TIMEOUT,
                         "the task of batch 2 to be held")
             assert q.isActive, f"the query ended without the fault: {q.exception()}"
-            _wait_until(lambda: host.staged_bytes(0) > 0, 60, "rows of batch 2 to be staged")
+            wait_until(lambda: host.staged_bytes(0) > 0, 60, "rows of batch 2 to be staged")
             port = int(host.ingest_endpoints[0].rsplit(":", 1)[1])
             writers = _writer_workers(port, exclude=int(held.read_text()))
             assert writers, "no writer worker connected to the ingest socket"
@@ -225,11 +130,11 @@ def test_task_worker_killed_mid_write(quiet_spark, tmp_path, victim):
                 p.kill()
             killed = len(writers)
             release.touch()
-        _await(q)
+        await_query(q)
         stats = host.stats()
         left = host.staged_bytes()
     sub.join()
-    _check_whole(sub.epochs, files)
+    check_whole(sub.epochs, files)
     assert marker.exists(), "the fault was not injected"
     killed_at = float(marker.read_text())
     s = stats[0]
@@ -289,19 +194,19 @@ def test_query_stopped_mid_batch_and_restarted(quiet_spark, tmp_path, where):
     ck = tmp_path / "ck"
     with SparkPublisherHost(TOPIC, partitions=2, catalog=cat) as host:
         sub = Collector(cat)
-        df = _stream(spark, files)
+        df = stream(spark, files)
         if where == "mid-write":
             df = df.mapInArrow(_hold, df.schema)
             pause = None
         else:
             release.touch()
             pause = host.pause(0, 2, "data")
-        q = _start(spark, df, host, ck)
+        q = start(spark, df, host, ck)
         if pause is None:
-            _wait_until(lambda: hold.exists() or not q.isActive, QUERY_TIMEOUT,
+            wait_until(lambda: hold.exists() or not q.isActive, QUERY_TIMEOUT,
                         "the task of batch 2 to be held")
             assert q.isActive, f"the query ended without the hold: {q.exception()}"
-            _wait_until(lambda: host.staged_bytes(0) > 0, 60, "rows of batch 2 to be staged")
+            wait_until(lambda: host.staged_bytes(0) > 0, 60, "rows of batch 2 to be staged")
             staged_before = host.stats(0).staged_batches - host.stats(0).batches
         else:
             assert pause.wait(QUERY_TIMEOUT), "COMMIT(2) never reached the pause point"
@@ -309,7 +214,7 @@ def test_query_stopped_mid_batch_and_restarted(quiet_spark, tmp_path, where):
         t0 = time.monotonic()
         stopper = threading.Thread(target=q.stop, daemon=True)
         stopper.start()
-        _wait_until(lambda: not q.isActive, 60, "the query to become inactive")
+        wait_until(lambda: not q.isActive, 60, "the query to become inactive")
         inactive_after = time.monotonic() - t0
         if pause is None:
             stopper.join(60)
@@ -331,14 +236,14 @@ def test_query_stopped_mid_batch_and_restarted(quiet_spark, tmp_path, where):
         before_restart = host.stats()
 
         t1 = time.monotonic()
-        q2 = _start(spark, df, host, ck)
-        _await(q2)
+        q2 = start(spark, df, host, ck)
+        await_query(q2)
         restart_s = time.monotonic() - t1
         assert [p["batchId"] for p in q2.recentProgress] == [2, 3, 4]  # batch 2 re-ran
         stats = host.stats()
         left = host.staged_bytes()
     sub.join()
-    _check_whole(sub.epochs, files)
+    check_whole(sub.epochs, files)
     assert sum(s.rows for s in stats) == files.rows
     assert all(s.staged_batches == s.batches + s.discarded_batches for s in stats)
     assert left == 0
@@ -477,10 +382,10 @@ def test_driver_killed_host_keeps_serving(tmp_path):
         with SparkPublisherHost(TOPIC, partitions=2, catalog=cat, on_published=published) as host:
             sub = Collector(cat, timeout=sub_timeout)
             first = driver("driver-1", 2)
-            _wait_until(lambda: hold.exists() or first.proc.poll() is not None, QUERY_TIMEOUT,
+            wait_until(lambda: hold.exists() or first.proc.poll() is not None, QUERY_TIMEOUT,
                         "batch 2 to be held")
             assert first.proc.poll() is None, first.tail()
-            _wait_until(lambda: host.staged_bytes(0) > 0, 60, "rows of batch 2 to be staged")
+            wait_until(lambda: host.staged_bytes(0) > 0, 60, "rows of batch 2 to be staged")
             assert host.next_epoch() == 2 and sub.wait_for(1)
             tree = _tree(first.proc.pid)  # driver, JVM, PySpark daemon, Python workers
             names = [p.name() for p in tree]
@@ -488,7 +393,7 @@ def test_driver_killed_host_keeps_serving(tmp_path):
 
             killed_at = time.time()
             first.kill_group()
-            _wait_until(lambda: not _alive(tree), 30, "the driver's processes to die")
+            wait_until(lambda: not _alive(tree), 30, "the driver's processes to die")
             gone_after = time.time() - killed_at
 
             # the host keeps serving: heartbeats keep coming for > 2 subscriber timeouts
@@ -518,7 +423,7 @@ def test_driver_killed_host_keeps_serving(tmp_path):
     finally:
         for d in drivers:
             d.cleanup()
-    _check_whole(sub.epochs, files)
+    check_whole(sub.epochs, files)
     s = stats[0]
     assert staged >= 1 and s.discarded_batches == staged, stats  # the killed run's rows: dropped
     assert s.staged_batches == s.batches + s.discarded_batches
@@ -529,51 +434,3 @@ def test_driver_killed_host_keeps_serving(tmp_path):
           f"{sub.epochs[2][3] - killed_at:.2f} s; staged while down {staged} batches / "
           f"{staged_bytes} bytes; driver start -> epoch 0 published "
           f"{published.at[(0, 0)] - first.started:.2f} s (first run)")
-
-
-# ============================================================================================
-# the host never completes an epoch whose committed attempt lost its staged rows
-
-
-def test_commit_refused_when_staged_rows_are_gone(tmp_path):
-    """A late ABORT(epoch) (e.g. from a stopped run) drops staged rows; a COMMIT naming an
-    attempt whose rows are gone is refused and the partition does not advance, instead of
-    completing the epoch without them. The batch's re-run (a new attempt) then commits."""
-    import datetime as dt
-
-    import msgpack
-    import pyarrow as pa
-
-    from epochstream.spark import (EpochstreamCommitMessage, EpochstreamStreamWriter,
-                                   IngestError, _client, _ipc_bytes)
-
-    def stage(ep, run, attempt, n):
-        b = pa.record_batch({"dep_date": pa.array([dt.date(2013, 1, 1)] * n, pa.date32())})
-        c = _client(ep)
-        c.send_data([b"DATA", msgpack.packb([run, 0, 0, attempt, n]), _ipc_bytes(b)], 5)
-        return c.request(b"FLUSH", {"run": run, "epoch": 0, "attempt": attempt, "batches": 1,
-                                    "rows": n}, 5)
-
-    def msg(run, attempt, rows):
-        return EpochstreamCommitMessage(query_id="q", run_id=run, epoch=0, partition=0,
-                                        topic_partition=0, task_attempt_id=attempt,
-                                        attempt_number=0, rows=rows, batches=1)
-
-    cat = Catalog(tmp_path / "cat")
-    with SparkPublisherHost(TOPIC, partitions=1, catalog=cat) as host:
-        sub = Collector(cat)
-        ep = host.ingest_endpoints[0]
-        writer = EpochstreamStreamWriter({"topic": TOPIC, "catalog": host.catalog_path,
-                                          "commitTimeout": "5"})
-        assert stage(ep, "run-a", 1, 7)["rows"] == 7
-        writer.abort([None], 0)                      # a late ABORT of epoch 0 drops them
-        with pytest.raises(IngestError, match="staged rows differ"):
-            writer.commit([msg("run-a", 1, 7)], 0)
-        assert host.next_epoch() == 0 and sub.delivered() == []
-        assert stage(ep, "run-b", 2, 7)["rows"] == 7  # the re-run after restart
-        writer.commit([msg("run-b", 2, 7)], 0)
-        assert sub.wait_for(0, 30)
-        stats = host.stats(0)
-    sub.join()
-    assert [(e, n) for e, n, *_ in sub.epochs] == [(0, 7)]
-    assert stats.rows == 7 and stats.errors == 1 and stats.aborts == 1

@@ -1,0 +1,42 @@
+"""Spark Structured Streaming → epochstream: one Spark micro-batch is one epoch.
+
+- :class:`EpochstreamDataSource` — a Python Data Source named ``epochstream`` (PySpark >= 4):
+  ``df.writeStream.format("epochstream").option("topic", ...).option("catalog", ...)``
+  (:func:`register` / :func:`start_query` register it).
+- :class:`SparkPublisherHost` — runs in the user's driver program: creates the topic and, per
+  topic partition, a :class:`~epochstream.transport.Publisher` plus an *ingest* endpoint that the
+  query's tasks send their rows to.
+- :func:`start_query`, :func:`local_session` — Spark helpers.
+
+Exactly-once epochs follow Spark's two-phase sink protocol: every task attempt *stages* its
+batches on the host; the driver-side commit names the attempts Spark kept, and the host
+publishes exactly those and then completes the epoch. A repeated commit publishes nothing; a
+commit whose attempts staged other row counts than their tasks reported is refused; staged
+bytes are bounded.
+
+Modules, one concept each:
+
+- :mod:`~epochstream.spark.ingest` — the ingest wire: message types and their one codec;
+- :mod:`~epochstream.spark.staging` — the pure exactly-once staging ledger;
+- :mod:`~epochstream.spark.host` — :class:`SparkPublisherHost` and its per-partition serving
+  loop, which drives the ledger and the Publisher;
+- :mod:`~epochstream.spark.client` — a Spark worker's connections to the ingest endpoints, and
+  the driver-side COMMIT of an epoch;
+- :mod:`~epochstream.spark.sink` — the Data Source, its stream writer and commit message;
+- :mod:`~epochstream.spark.session` — :func:`local_session`, :func:`register`,
+  :func:`start_query`.
+
+Importing this package imports PySpark.
+"""
+
+from .client import DEFAULT_COMMIT_TIMEOUT, send_commit  # noqa: F401 - importable as before
+from .host import PartitionStats, Pause, SparkPublisherHost  # noqa: F401
+from .ingest import IngestError
+from .session import local_session, register, start_query
+from .sink import (DEFAULT_ACK_TIMEOUT, SOURCE_NAME, EpochstreamCommitMessage,  # noqa: F401
+                   EpochstreamDataSource, EpochstreamStreamWriter)
+from .staging import DEFAULT_MAX_STAGED_BYTES  # noqa: F401
+
+__all__ = ["EpochstreamDataSource", "EpochstreamStreamWriter", "EpochstreamCommitMessage",
+           "SparkPublisherHost", "IngestError", "register", "start_query", "local_session",
+           "SOURCE_NAME"]

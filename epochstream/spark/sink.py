@@ -1,0 +1,163 @@
+"""The Spark side of the sink: the Python Data Source ``epochstream`` (PySpark >= 4), its stream
+writer and commit message.
+
+Write with ``df.writeStream.format("epochstream").option("topic", ...).option("catalog", ...)``.
+Options: ``topic`` (required), ``catalog`` (catalog path; default as :class:`Catalog`),
+``ackTimeout`` (seconds a task waits for its flush acknowledgement, default 60),
+``commitTimeout`` (seconds the driver-side commit waits per partition, default 120).
+
+``write()`` runs once per task attempt on an executor: Spark partition ``i`` goes to topic
+partition ``i % partitions``; each non-empty Arrow ``RecordBatch`` is sent to that partition's
+ingest endpoint as a DATA message (Arrow IPC stream bytes, tagged run id, epoch = batch id, Spark
+partition, task attempt id), then a FLUSH waits for the acknowledgement that every batch was
+staged (ZeroMQ keeps per-connection order); only then does the task return its
+:class:`EpochstreamCommitMessage`. ``commit()`` (a separate Python worker on the driver side)
+sends COMMIT to every topic partition (:func:`~epochstream.spark.client.send_commit`);
+``abort()`` sends ABORT, best effort. Spark builds a fresh writer for every batch and every
+commit, so the writer holds only its options.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, cast
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from ..wire import codec
+from .client import (DEFAULT_COMMIT_TIMEOUT, IngestClient, client, drop_client, ingest_endpoints,
+                     send_commit)
+from .ingest import Abort, Data, Flush, FlushAck, IngestError
+
+__all__ = ["SOURCE_NAME", "DEFAULT_ACK_TIMEOUT", "EpochstreamDataSource", "EpochstreamStreamWriter",
+           "EpochstreamCommitMessage"]
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "epochstream"
+DEFAULT_ACK_TIMEOUT = 60.0
+
+_ARROW = codec("arrow")  # a DATA payload is what the topic's codec publishes: Arrow IPC bytes
+
+
+@dataclass
+class EpochstreamCommitMessage(WriterCommitMessage):
+    """What one successful task attempt reports to ``commit``: enough to name its staged data
+    (``run_id``, ``task_attempt_id``) without a TaskContext on the driver."""
+
+    query_id: str | None
+    run_id: str
+    epoch: int
+    partition: int            # Spark partition id
+    topic_partition: int
+    task_attempt_id: int
+    attempt_number: int
+    rows: int
+    batches: int
+
+
+class _Task(NamedTuple):
+    """The running task, from its TaskContext."""
+
+    epoch: int                # the micro-batch id
+    query_id: str | None      # stable across restarts of the query
+    run_id: str               # new for every start of the query
+    partition: int            # Spark partition id
+    attempt: int              # task attempt id (unique within the SparkContext)
+    attempt_number: int       # 0 for the first attempt of the task, 1 for its retry, ...
+
+    @classmethod
+    def current(cls) -> _Task:
+        """Raises :class:`IngestError` outside a streaming write task."""
+        ctx = TaskContext.get()
+        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        if ctx is None or batch is None:
+            raise IngestError("the epochstream sink writes only from a streaming query's task")
+        query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        return cls(int(batch), query_id,
+                   ctx.getLocalProperty("spark.jobGroup.id") or query_id or "run",
+                   ctx.partitionId(), ctx.taskAttemptId(), ctx.attemptNumber())
+
+
+class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
+    """The streaming writer (see the module docstring). Raises :class:`IngestError` without a
+    ``topic`` option."""
+
+    def __init__(self, options: Mapping[str, str], schema: Any = None):
+        topic = options.get("topic")
+        if not topic:
+            raise IngestError('the epochstream sink needs a topic: .option("topic", "<name>")')
+        self.topic: str = topic
+        self.catalog = options.get("catalog") or None
+        self.ack_timeout = float(options.get("ackTimeout", DEFAULT_ACK_TIMEOUT))
+        self.commit_timeout = float(options.get("commitTimeout", DEFAULT_COMMIT_TIMEOUT))
+
+    def write(self, iterator: Iterator) -> EpochstreamCommitMessage:
+        """Stage this task attempt's batches on its topic partition (executor side). Raises
+        :class:`IngestError` when the host does not acknowledge them in time."""
+        task = _Task.current()
+        endpoints = ingest_endpoints(self.catalog, self.topic)
+        tp = task.partition % len(endpoints)
+        try:
+            rows, batches = self._stage(client(endpoints[tp]), task, iterator)
+        except BaseException:
+            drop_client(endpoints[tp])  # its queue may hold a half-sent attempt
+            raise
+        return EpochstreamCommitMessage(
+            query_id=task.query_id, run_id=task.run_id, epoch=task.epoch,
+            partition=task.partition, topic_partition=tp, task_attempt_id=task.attempt,
+            attempt_number=task.attempt_number, rows=rows, batches=batches)
+
+    def _stage(self, c: IngestClient, task: _Task, iterator: Iterator) -> tuple[int, int]:
+        """Send every non-empty batch as DATA, then FLUSH; returns (rows, batches)."""
+        rows = batches = 0
+        for batch in iterator:
+            if batch.num_rows == 0:
+                continue
+            c.send(Data(task.run_id, task.epoch, task.partition, task.attempt, batch.num_rows,
+                        _ARROW.encode(batch)), self.ack_timeout)
+            rows += batch.num_rows
+            batches += 1
+        if batches:
+            ack = cast(FlushAck, c.request(
+                Flush(None, task.run_id, task.epoch, task.attempt, batches, rows),
+                self.ack_timeout))
+            if ack.batches != batches and not ack.stale:
+                raise IngestError(f"ingest endpoint {c.endpoint} staged {ack.batches} of "
+                                  f"{batches} batches of epoch {task.epoch}")
+        return rows, batches
+
+    def commit(self, messages: list, batchId: int) -> None:
+        """COMMIT the batch on every topic partition (driver side); raises
+        :class:`IngestError` when a partition refuses or does not answer in time."""
+        query = next((m.query_id for m in messages if m is not None), None)
+        send_commit(self.catalog, self.topic, int(batchId), messages, query_id=query,
+                    timeout=self.commit_timeout)
+
+    def abort(self, messages: list, batchId: int) -> None:
+        """ABORT the batch on every topic partition, best effort: failures are logged."""
+        try:
+            endpoints = ingest_endpoints(self.catalog, self.topic)
+        except Exception as e:  # noqa: BLE001 - abort is best effort
+            log.warning("abort of epoch %s: cannot look up topic %r: %s", batchId, self.topic, e)
+            return
+        for ep in endpoints:
+            try:
+                client(ep).request(Abort(None, int(batchId)), min(10.0, self.ack_timeout))
+            except Exception as e:  # noqa: BLE001
+                drop_client(ep)
+                log.warning("abort of epoch %s at %s failed: %s", batchId, ep, e)
+
+
+class EpochstreamDataSource(DataSource):
+    """Python Data Source ``epochstream`` (streaming sink only)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> EpochstreamStreamWriter:
+        return EpochstreamStreamWriter(self.options, schema)
