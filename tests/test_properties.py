@@ -318,7 +318,7 @@ def _drive(pub, e):
     elif e[0] == "progress":
         pub.progress(e[1])
     else:  # keep the publisher alive (a closed one cannot answer a late hello): release all
-        counts = pub._protocol._lower.counts()
+        counts = pub.capabilities
         if counts:
             pub.progress([(t, -c) for t, c in counts.items()])
 

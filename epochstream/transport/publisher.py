@@ -221,6 +221,11 @@ class Publisher:
         return self._protocol.upper
 
     @property
+    def capabilities(self) -> dict:
+        """``{time: count}`` of the capabilities held, as of the calls made so far (a copy)."""
+        return self._protocol.capabilities()
+
+    @property
     def subscribers(self) -> int:
         """Number of subscribers currently registered (approximate: read from another thread)."""
         return self._fanout.registered()
