@@ -43,7 +43,7 @@ api: $(STAMP)
 # mypy --strict on a typed user program and on the CLI/demo (epochstream's own modules are read
 # for their signatures only); the test suite runs the same check.
 typecheck: $(STAMP)
-	MYPYPATH=. $(PY) -m mypy --strict --follow-imports=silent tests/typed_usage.py \
+	MYPYPATH=. $(PY) -m mypy --strict --follow-imports=silent tests/typed_usage.py epochstream/_cli epochstream/_demo \
 		epochstream/cli.py epochstream/demo.py epochstream/__main__.py
 
 clean:

@@ -13,10 +13,24 @@ Layers (imports point only downward; docs/architecture.md has one line per modul
 Heavy layers are imported lazily, so ``import epochstream.order`` needs neither pyzmq nor pyarrow.
 """
 
+from typing import TYPE_CHECKING
+
 from .errors import (CatalogError, EpochstreamError, PartitionHeld, ProtocolError,
                      PublisherAborted, PublisherLost, SubscriberLagged, TopicNotFound, WireError)
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # the lazy names below, with their real types for type checkers
+    from .catalog import Catalog as Catalog
+    from .events import DataMessage as DataMessage, Epoch as Epoch, Gap as Gap
+    from .events import InitialFrontierSnapshot as InitialFrontierSnapshot
+    from .events import LowerFrontierUpdate as LowerFrontierUpdate
+    from .frontier import Antichain as Antichain, MutableAntichain as MutableAntichain
+    from .order import TOTAL as TOTAL, product as product
+    from .protocol import EpochAssembler as EpochAssembler
+    from .protocol import PublisherProtocol as PublisherProtocol
+    from .protocol import SubscriberProtocol as SubscriberProtocol
+    from .transport import Publisher as Publisher, Subscriber as Subscriber
 
 _LAZY = {
     "TOTAL": "order", "product": "order",

@@ -19,38 +19,33 @@ Commands (``epochstream COMMAND --help`` for each):
 Exit statuses: 0 the stream ended (or the command succeeded); 1 a publisher was lost, dead or
 aborted, ``--timeout`` passed, or another runtime error (message on stderr); 2 bad usage, no
 catalog at the path, unknown topic, or a closed topic; 130 interrupted with Ctrl-C.
+
+This module declares the commands, their options and help texts; the work is done in the
+modules of :mod:`epochstream._cli` (consoles and exit statuses, the catalog, the topics table,
+finding and following a topic for ``tail``) and, for ``demo``, in :mod:`epochstream.demo`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import time
-from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from . import __version__
-from .catalog import Catalog, PartitionInfo, TopicInfo, default_catalog_path
+from . import demo as _demo
+from ._cli.catalogs import open_existing_catalog, unknown_topic
+from ._cli.lookup import find_topic, publishers
+# EXIT_CLOSED and EXIT_UNKNOWN_TOPIC (both EXIT_USAGE) stay importable from here for callers of
+# earlier versions
+from ._cli.output import (EXIT_CLOSED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK,  # noqa: F401
+                          EXIT_UNKNOWN_TOPIC, EXIT_USAGE, err, fail, out)
+from ._cli.tail import follow
+from ._cli.tail_output import TailWriter
+from ._cli.topics import topics_table
 from .errors import EpochstreamError, TopicNotFound
 
 __all__ = ["app", "main", "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED"]
-
-EXIT_OK = 0
-EXIT_ERROR = 1          # lost / dead / aborted publisher, --timeout, any other runtime error
-EXIT_USAGE = 2          # bad usage, no catalog at the path, unknown topic, closed topic
-EXIT_INTERRUPTED = 130  # Ctrl-C
-EXIT_UNKNOWN_TOPIC = EXIT_CLOSED = EXIT_USAGE  # kept for callers of earlier versions
-
-_ENV_VAR = "EPOCHSTREAM_CATALOG"
-_DEFAULT_FILE = "catalog.sqlite"
-_POLL_S = 0.1
 
 # "\b" keeps click from re-wrapping the table that follows it.
 EXIT_STATUS_HELP = (
@@ -107,131 +102,7 @@ def main() -> None:
     app(prog_name="epochstream")
 
 
-# ---- output helpers ---------------------------------------------------------------------------
-
-
-def _out() -> Console:
-    # not a terminal: no colours, and tables as wide as they need (up to 200 columns)
-    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(highlight=False, soft_wrap=False, width=200 if wide else None)
-
-
-def _err() -> Console:
-    return Console(stderr=True, highlight=False)
-
-
-def _fail(message: str, code: int = EXIT_ERROR, hint: Optional[str] = None) -> typer.Exit:
-    """Print ``error: message`` (and ``hint: ...``) on stderr; return the Exit to raise."""
-    err = _err()
-    err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
-    if hint:
-        err.print(f"[dim]hint:[/dim] {escape(hint)}", soft_wrap=True)
-    return typer.Exit(code)
-
-
-def _fmt_time(t: Any) -> str:
-    if isinstance(t, tuple):
-        return "(" + ", ".join(str(x) for x in t) + ")"
-    return str(t)
-
-
-def _fmt_bytes(n: Any) -> str:
-    if not isinstance(n, (int, float)):
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)  # pragma: no cover
-
-
-def _fmt_seconds(s: Optional[float]) -> str:
-    if s is None:
-        return "-"
-    if s < 1:
-        return f"{s * 1000:.1f} ms"
-    return f"{s:.2f} s"
-
-
-def _fmt_when(ts: Optional[float]) -> str:
-    if ts is None:
-        return "an unknown time"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
-# ---- the catalog ------------------------------------------------------------------------------
-
-
-def _open_catalog(path: Optional[str]) -> Catalog:
-    try:
-        return Catalog(path)
-    except EpochstreamError as e:
-        raise _fail(str(e)) from None
-
-
-def _catalog_file(path: Optional[str]) -> tuple[Path, str]:
-    """The catalog file a command would open, and where that choice came from."""
-    if path is not None:
-        raw, source = path, "given by --catalog"
-    elif os.environ.get(_ENV_VAR):
-        raw, source = os.environ[_ENV_VAR], f"from ${_ENV_VAR}"
-    else:
-        return (default_catalog_path().absolute(),
-                "the default: ./.epochstream/catalog.sqlite in the current directory")
-    p = Path(raw).expanduser()
-    return (p / _DEFAULT_FILE if p.is_dir() else p).absolute(), source
-
-
-def _open_existing_catalog(path: Optional[str]) -> Catalog:
-    """Open the catalog a reading command (topics, tail, drop) uses; refuse (exit 2) to create
-    one where none exists: a typo in --catalog must not look like an empty catalog."""
-    file, source = _catalog_file(path)
-    if not file.is_file():
-        if file.parent.is_dir() and file.name == _DEFAULT_FILE:
-            where, why = file.parent, f"the directory has no {_DEFAULT_FILE}"
-        else:
-            where, why = file, "the path does not exist"
-        raise _fail(f"no catalog at {where} ({source}): {why}", EXIT_USAGE,
-                    hint="publishers create their catalog when they start; pass --catalog PATH "
-                         f"(or set ${_ENV_VAR}) to the catalog they use")
-    return _open_catalog(str(file))
-
-
-def _unknown_topic(cat: Catalog, e: TopicNotFound, waited: float = 0.0) -> typer.Exit:
-    known = ", ".join(e.existing) if e.existing else "none"
-    after = f"; waited {waited:g} s" if waited > 0 else ""
-    hint = (f"if its publisher uses another catalog, pass --catalog PATH (or set ${_ENV_VAR})"
-            + ("" if waited > 0 else "; to wait for the topic to appear, pass --wait SECONDS"))
-    return _fail(f"unknown topic {e.topic!r} in catalog {cat.path} (existing topics: {known})"
-                 f"{after}", EXIT_USAGE, hint=hint)
-
-
-_STATE_STYLE = {"live": "green", "closed": "blue", "aborted": "magenta", "dead": "red",
-                "unregistered": "yellow"}
-
-
-def _topics_table(topics: list[TopicInfo]) -> Table:
-    table = Table(show_lines=False)
-    table.add_column("topic", overflow="fold")
-    for col in ("order", "codec", "parts", "part"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("endpoint", overflow="fold")
-    table.add_column("state", no_wrap=True)
-    table.add_column("pid", no_wrap=True)
-    for info in topics:
-        by_index = {p.index: p for p in info.partition_info}
-        for i in range(info.partitions):
-            head = ([escape(info.name), info.order_name, escape(info.codec), str(info.partitions)]
-                    if i == 0 else ["", "", "", ""])
-            p = by_index.get(i)
-            if p is None:
-                state, endpoint, pid = "unregistered", "-", "-"
-            else:
-                state, endpoint, pid = p.state, p.endpoint, str(p.pid)
-            style = _STATE_STYLE.get(state)
-            shown = f"[{style}]{state}[/{style}]" if style else escape(state)
-            table.add_row(*head, str(i), escape(endpoint), shown, pid)
-    return table
+# ---- topics -----------------------------------------------------------------------------------
 
 
 @app.command(short_help="List topics and the state of their partitions.",
@@ -239,184 +110,20 @@ def _topics_table(topics: list[TopicInfo]) -> Table:
                   "state (live, closed, aborted, dead, unregistered) and publisher pid. "
                   "A 'dead' partition was live but its process is gone.")
 def topics(catalog: Optional[str] = _catalog_option("to read")) -> None:
-    cat = _open_existing_catalog(catalog)
+    cat = open_existing_catalog(catalog)
     try:
         infos = cat.topics()
     except EpochstreamError as e:
-        raise _fail(str(e)) from None
-    out = _out()
+        raise fail(str(e)) from None
+    console = out()
     if not infos:
-        out.print(f"no topics in catalog {escape(str(cat.path))}")
+        console.print(f"no topics in catalog {escape(str(cat.path))}")
         return
-    out.print(f"catalog {escape(str(cat.path))}")
-    out.print(_topics_table(infos))
+    console.print(f"catalog {escape(str(cat.path))}")
+    console.print(topics_table(infos))
 
 
-# ---- tail: finding the topic ------------------------------------------------------------------
-
-
-def _publishers(parts: list[PartitionInfo], n_partitions: int) -> str:
-    """``publisher pid 12`` (``of partitions 0, 1`` when the topic has several)."""
-    pids = sorted({p.pid for p in parts})
-    who = (f"publisher pid {pids[0]}" if len(pids) == 1
-           else "publishers pid " + ", ".join(str(p) for p in pids))
-    if n_partitions > 1:
-        idx = [p.index for p in parts]
-        who += f" of partition{'s' if len(idx) > 1 else ''} " + ", ".join(str(i) for i in idx)
-    return who
-
-
-def _who(parts: list[PartitionInfo], verb: str, n_partitions: int) -> str:
-    """``publisher pid 12 ended at <time>`` for the given partitions (the latest time)."""
-    return (f"{_publishers(parts, n_partitions)} {verb} "
-            f"{_fmt_when(max(p.updated_at for p in parts))}")
-
-
-def _cannot_tail(info: TopicInfo) -> Optional[tuple[int, str]]:
-    """Why nothing can be tailed from ``info`` now, as (exit status, message); None if it can."""
-    name, n = info.name, info.partitions
-    registered = {p.index for p in info.partition_info}
-    missing = [i for i in range(n) if i not in registered]
-    dead = [p for p in info.partition_info if p.state == "dead"]
-    aborted = [p for p in info.partition_info if p.state == "aborted"]
-    closed = [p for p in info.partition_info if p.state == "closed"]
-    if dead:
-        return EXIT_ERROR, (f"topic {name!r} is dead "
-                            f"({_who(dead, 'exited without closing it; last seen at', n)})")
-    if aborted:
-        return EXIT_ERROR, (f"topic {name!r} is aborted ({_who(aborted, 'aborted at', n)}; "
-                            f"its open epochs never complete)")
-    if missing:
-        return EXIT_ERROR, (f"topic {name!r}: partition(s) {', '.join(map(str, missing))} of {n} "
-                            f"not registered by any publisher yet")
-    if len(closed) == n:
-        return EXIT_CLOSED, f"topic {name!r} is closed ({_who(closed, 'ended at', n)})"
-    return None
-
-
-def _find_topic(cat: Catalog, topic: str, wait: float) -> TopicInfo:
-    """Look ``topic`` up until it can be tailed: it exists, every partition is registered, none
-    is dead or aborted, and not all are closed. A topic first seen ended (closed, dead or
-    aborted) is waited on until new publishers replaced every partition that had ended. Gives
-    up at once without ``wait``, else after ``wait`` seconds (exit 2 or 1, see the messages)."""
-    deadline = time.monotonic() + wait
-    stale: Optional[dict[int, str]] = None   # partition -> incarnation that had ended
-    announced = False
-    while True:
-        info: Optional[TopicInfo] = None
-        problem: Optional[tuple[int, str]] = None
-        not_found: Optional[TopicNotFound] = None
-        try:
-            info = cat.lookup(topic)
-        except TopicNotFound as e:
-            not_found = e
-        if info is not None:
-            problem = _cannot_tail(info)
-            if problem is not None and stale is None:
-                stale = {p.index: p.incarnation for p in info.partition_info if p.state != "live"}
-            elif problem is None and stale:
-                old = [p for p in info.partition_info if stale.get(p.index) == p.incarnation]
-                if old:  # e.g. one partition started again, another is still the old one
-                    problem = (EXIT_CLOSED, f"topic {topic!r} is only partly restarted "
-                                            f"({_who(old, 'ended at', info.partitions)})")
-            if problem is None:
-                return info
-        left = deadline - time.monotonic()
-        if left <= 0:
-            if not_found is not None:
-                raise _unknown_topic(cat, not_found, wait)
-            assert problem is not None
-            code, message = problem
-            if wait > 0:
-                raise _fail(f"{message}; no new publisher within {wait:g} s", code)
-            raise _fail(message, code, hint="to wait for its publishers to start again, pass "
-                                             "--wait SECONDS")
-        if not announced:
-            announced = True
-            _err().print(escape(f"waiting up to {wait:g} s for topic {topic!r} and its publishers"
-                                if problem is None else
-                                f"{problem[1]}; waiting up to {wait:g} s for a new publisher")
-                         + " ...", soft_wrap=True)
-        time.sleep(min(_POLL_S, max(left, 0.0)))
-
-
-# ---- tail: printing ---------------------------------------------------------------------------
-
-
-def _json_default(o: Any) -> Any:
-    """JSON for what records may hold beyond JSON's types (dates, bytes, numpy scalars...)."""
-    if isinstance(o, (bytes, bytearray, memoryview)):
-        return bytes(o).decode("utf-8", "backslashreplace")
-    if hasattr(o, "isoformat"):
-        return o.isoformat()
-    if hasattr(o, "item"):
-        try:
-            return o.item()
-        except (TypeError, ValueError):
-            pass
-    if isinstance(o, (set, frozenset)):
-        return sorted(o, key=repr)
-    return str(o)
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, default=_json_default, ensure_ascii=False, separators=(", ", ": "))
-
-
-def _rows(records: Any) -> Iterable[Any]:
-    """The records of an epoch one by one (a ``pyarrow.Table`` as dicts)."""
-    if records is None:
-        return ()
-    to_pylist = getattr(records, "to_pylist", None)
-    rows: Iterable[Any] = to_pylist() if callable(to_pylist) else records
-    return rows
-
-
-class _TailWriter:
-    """Writes ``tail``'s data to stdout: one flushed line at a time, plain text unless stdout
-    is a terminal (then the time is highlighted), JSON lines with ``--json``."""
-
-    HEADER = f"{'time':>16}  {'records':>10}  {'bytes':>12}  {'lag':>10}"
-
-    def __init__(self, as_json: bool, records: bool) -> None:
-        self.as_json = as_json
-        self.records = records
-        tty = sys.stdout.isatty()
-        self.console = Console(highlight=False, soft_wrap=True) if tty and not as_json else None
-
-    def _line(self, text: str | Text) -> None:
-        if self.console is not None:
-            self.console.print(text)
-        else:
-            sys.stdout.write(f"{text}\n")
-            sys.stdout.flush()
-
-    def epoch(self, time_: Any, records: Any, n: int, nbytes: Any, lag: Optional[float]) -> None:
-        if self.as_json:
-            if self.records:
-                for r in _rows(records):
-                    self._line(_dumps({"time": time_, "record": r}))
-            else:
-                self._line(_dumps({"time": time_, "records": n, "bytes": nbytes,
-                                   "lag": None if lag is None else round(lag, 6)}))
-            return
-        rest = f"  {n:>10}  {_fmt_bytes(nbytes):>12}  {_fmt_seconds(lag):>10}"
-        t = f"{_fmt_time(time_):>16}"
-        self._line(Text.assemble((t, "bold cyan"), rest) if self.console is not None else t + rest)
-        if self.records:
-            for r in _rows(records):
-                self._line(f"  {_dumps(r)}")
-
-
-def _stdout_to_devnull() -> None:
-    """After EPIPE: point stdout at /dev/null so that nothing (the interpreter's final flush
-    included) writes to the closed pipe again (see the Python docs on SIGPIPE)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # no real file descriptor (e.g. captured in a test)
-        pass
+# ---- tail -------------------------------------------------------------------------------------
 
 
 @app.command(
@@ -450,57 +157,15 @@ def tail(
         None, "--timeout", min=0.0, metavar="SECONDS", show_default=False,
         help="Give up (status 1) when no epoch completes for SECONDS (default: wait forever)."),
 ) -> None:
-    cat = _open_existing_catalog(catalog)
-    err = _err()
+    cat = open_existing_catalog(catalog)
     try:
-        info = _find_topic(cat, topic, wait)
+        info = find_topic(cat, topic, wait)
     except KeyboardInterrupt:
-        err.print("interrupted")
+        err().print("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except EpochstreamError as e:
-        raise _fail(str(e)) from None
-
-    try:
-        from .transport import Gap, Subscriber
-    except ImportError as e:  # pragma: no cover - pyzmq missing
-        raise _fail(f"the transport is not available: {e}") from None
-
-    writer = _TailWriter(as_json=as_json, records=records)
-    count = total_records = total_bytes = 0
-    how = "the stream ended (every partition closed)"
-    try:
-        with Subscriber(topic, catalog=cat, wait=0.0) as sub:
-            err.print(f"tailing {escape(repr(topic))} ({info.order_name}, {escape(info.codec)}, "
-                      f"{info.partitions} partition(s)) from catalog {escape(str(cat.path))}; "
-                      f"Ctrl-C to stop", soft_wrap=True)
-            if not as_json:
-                err.print(_TailWriter.HEADER, soft_wrap=True)
-            for epoch in sub.epochs(timeout=timeout):
-                if isinstance(epoch, Gap):  # only with recover=True, which tail does not use
-                    continue
-                first_seen = getattr(epoch, "first_seen", None)
-                lag = None if first_seen is None else max(0.0, time.time() - first_seen)
-                n = len(epoch)
-                nbytes = getattr(epoch, "nbytes", None)
-                count += 1
-                total_records += n
-                total_bytes += nbytes if isinstance(nbytes, int) else 0
-                writer.epoch(epoch.time, epoch.records, n, nbytes, lag)
-                if max_epochs is not None and count >= max_epochs:
-                    how = f"stopped after --max-epochs {max_epochs}"
-                    break
-    except BrokenPipeError:
-        _stdout_to_devnull()  # the reader went away (| head): a normal end, quietly
-        raise typer.Exit(EXIT_OK) from None
-    except KeyboardInterrupt:
-        err.print(f"interrupted after {count} epoch(s)")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except TopicNotFound as e:  # dropped meanwhile
-        raise _unknown_topic(cat, e) from None
-    except (EpochstreamError, TimeoutError) as e:
-        raise _fail(f"{type(e).__name__}: {e} (after {count} epoch(s))") from None
-    err.print(f"{count} epoch(s), {total_records} record(s), {_fmt_bytes(total_bytes)}; {how}",
-              soft_wrap=True)
+        raise fail(str(e)) from None
+    follow(cat, topic, info, TailWriter(as_json=as_json, records=records), max_epochs, timeout)
 
 
 # ---- drop -------------------------------------------------------------------------------------
@@ -518,22 +183,22 @@ def drop(
         help="Drop it even while a publisher is live (its subscribers keep running until it "
              "ends; new ones cannot find it)."),
 ) -> None:
-    cat = _open_existing_catalog(catalog)
+    cat = open_existing_catalog(catalog)
     try:
         info = cat.lookup(topic)
         live = [p for p in info.partition_info if p.alive]
         if live and not force:
-            raise _fail(f"topic {topic!r} has a live publisher "
-                        f"({_publishers(live, info.partitions)})",
-                        EXIT_ERROR,
-                        hint="stop the publisher first, or pass --force to drop the topic anyway")
+            raise fail(f"topic {topic!r} has a live publisher "
+                       f"({publishers(live, info.partitions)})",
+                       EXIT_ERROR,
+                       hint="stop the publisher first, or pass --force to drop the topic anyway")
         cat.drop_topic(topic)
     except TopicNotFound as e:
-        raise _unknown_topic(cat, e) from None
+        raise unknown_topic(cat, e) from None
     except EpochstreamError as e:
-        raise _fail(str(e)) from None
-    _out().print(f"dropped topic {escape(repr(topic))} ({info.partitions} partition(s)) from "
-                 f"catalog {escape(str(cat.path))}", soft_wrap=True)
+        raise fail(str(e)) from None
+    out().print(f"dropped topic {escape(repr(topic))} ({info.partitions} partition(s)) from "
+                f"catalog {escape(str(cat.path))}", soft_wrap=True)
 
 
 # ---- demo -------------------------------------------------------------------------------------
@@ -562,14 +227,9 @@ def demo(
              "$EPOCHSTREAM_CATALOG, else ./.epochstream/catalog.sqlite)."),
 ) -> None:
     try:
-        from .demo import main as demo_main
-    except ImportError as e:  # pragma: no cover - the spark extra is missing
-        raise _fail(f"the demo is not available: {e}",
-                    hint="install the spark extra: pip install 'epochstream[spark]'") from None
-    try:
-        code = demo_main(days=days, host=host, catalog=catalog, pace=pace)
+        code = _demo.main(days=days, host=host, catalog=catalog, pace=pace)
     except KeyboardInterrupt:
-        _err().print("interrupted")
+        err().print("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     raise typer.Exit(int(code or 0))
 

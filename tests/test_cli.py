@@ -223,7 +223,7 @@ def test_topics_shows_every_partition_state(runner, cat):
 def test_topics_table_styles_every_state():
     from rich.console import Console
 
-    from epochstream.cli import _topics_table
+    from epochstream._cli.topics import topics_table as _topics_table
 
     parts = tuple(PartitionInfo(i, f"tcp://h:{i}", None, state, "inc", 1, (), 0.0)
                   for i, state in enumerate(["live", "closed", "aborted", "dead", "[weird]"]))
@@ -489,7 +489,7 @@ def test_json_handles_arrow_tables_and_odd_values():
 
     import pyarrow as pa
 
-    from epochstream.cli import _dumps, _rows
+    from epochstream._cli.tail_output import dumps as _dumps, rows as _rows
 
     table = pa.table({"d": [datetime.date(2013, 1, 2)], "b": [b"\x00hi"], "n": [None]})
     rows = [json.loads(_dumps(r)) for r in _rows(table)]
@@ -721,7 +721,7 @@ def test_demo_counts_connected_subscribers(cat):
     """The live display's subscriber count (and so the 'a subscriber joined' lines) comes from
     the host's publishers: a real SparkPublisherHost (no JVM needed) and real subscribers."""
     pytest.importorskip("pyspark")
-    from epochstream.demo import _connected
+    from epochstream._demo.display import connected as _connected
     from epochstream.spark import SparkPublisherHost
     from epochstream.transport import Subscriber
 
@@ -760,7 +760,7 @@ def test_demo_tail_command(tmp_path, monkeypatch):
 
 
 def test_demo_sends_the_jvm_output_to_a_file(tmp_path, capfd):
-    from epochstream.demo import _fd2_to
+    from epochstream._demo.terminal import fd2_to as _fd2_to
 
     log = tmp_path / "spark.log"
     with _fd2_to(log):
@@ -870,7 +870,8 @@ def mypy_errors(tmp_path_factory) -> list[str]:
     probe = tmp_path_factory.mktemp("probe") / "toplevel_probe.py"
     probe.write_text(_PROBE)
     files = ["tests/typed_usage.py", "epochstream/cli.py", "epochstream/demo.py",
-             "epochstream/__main__.py", "examples", str(probe)]
+             "epochstream/__main__.py", "epochstream/_cli", "epochstream/_demo", "examples",
+             str(probe)]
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
          "--cache-dir", str(tmp_path_factory.mktemp("mypy-cache")), "--no-error-summary",
@@ -886,9 +887,6 @@ def test_typed_usage_and_cli_pass_mypy_strict(mypy_errors):
     assert ours == [], "\n".join(ours)
 
 
-@pytest.mark.xfail(strict=True, reason="epochstream/__init__.py imports lazily (module "
-                                       "__getattr__), so `from epochstream import Publisher` is "
-                                       "Any to mypy; needs `if TYPE_CHECKING:` imports there")
 def test_top_level_names_are_typed(mypy_errors):
     """What the README writes, ``from epochstream import Publisher, ...``, must carry the real
     types: assigning the classes to an ``int`` has to be an error, not silently ``Any``."""

@@ -1,0 +1,63 @@
+"""Which catalog a command opens: ``--catalog PATH``, else ``$EPOCHSTREAM_CATALOG``, else
+``./.epochstream/catalog.sqlite``. The reading commands (topics, tail, drop) never create one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..catalog import DEFAULT_FILE, ENV_VAR, Catalog, default_catalog_path
+from ..errors import EpochstreamError, TopicNotFound
+from .output import EXIT_USAGE, fail
+
+__all__ = ["open_catalog", "catalog_file", "open_existing_catalog", "unknown_topic"]
+
+
+def open_catalog(path: Optional[str]) -> Catalog:
+    """Open (or create) the catalog at ``path``; a catalog error ends the command (status 1)."""
+    try:
+        return Catalog(path)
+    except EpochstreamError as e:
+        raise fail(str(e)) from None
+
+
+def catalog_file(path: Optional[str]) -> tuple[Path, str]:
+    """The catalog file a command would open, and where that choice came from."""
+    if path is not None:
+        raw, source = path, "given by --catalog"
+    elif os.environ.get(ENV_VAR):
+        raw, source = os.environ[ENV_VAR], f"from ${ENV_VAR}"
+    else:
+        return (default_catalog_path().absolute(),
+                "the default: ./.epochstream/catalog.sqlite in the current directory")
+    p = Path(raw).expanduser()
+    return (p / DEFAULT_FILE if p.is_dir() else p).absolute(), source
+
+
+def open_existing_catalog(path: Optional[str]) -> Catalog:
+    """Open the catalog a reading command (topics, tail, drop) uses; refuse (exit 2) to create
+    one where none exists: a typo in --catalog must not look like an empty catalog."""
+    file, source = catalog_file(path)
+    if not file.is_file():
+        if file.parent.is_dir() and file.name == DEFAULT_FILE:
+            where, why = file.parent, f"the directory has no {DEFAULT_FILE}"
+        else:
+            where, why = file, "the path does not exist"
+        raise fail(f"no catalog at {where} ({source}): {why}", EXIT_USAGE,
+                   hint="publishers create their catalog when they start; pass --catalog PATH "
+                        f"(or set ${ENV_VAR}) to the catalog they use")
+    return open_catalog(str(file))
+
+
+def unknown_topic(cat: Catalog, e: TopicNotFound, waited: float = 0.0) -> typer.Exit:
+    """Report a topic missing from ``cat`` (after ``waited`` seconds of ``--wait``), with the
+    topics it has; return the Exit (status 2) to raise."""
+    known = ", ".join(e.existing) if e.existing else "none"
+    after = f"; waited {waited:g} s" if waited > 0 else ""
+    hint = (f"if its publisher uses another catalog, pass --catalog PATH (or set ${ENV_VAR})"
+            + ("" if waited > 0 else "; to wait for the topic to appear, pass --wait SECONDS"))
+    return fail(f"unknown topic {e.topic!r} in catalog {cat.path} (existing topics: {known})"
+                f"{after}", EXIT_USAGE, hint=hint)

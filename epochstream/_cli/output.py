@@ -1,0 +1,42 @@
+"""How the command line talks to the user: data on stdout, everything else (headers, waiting
+notices, summaries, ``error:``/``hint:`` messages) on stderr, and the exit statuses."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+__all__ = ["EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_UNKNOWN_TOPIC",
+           "EXIT_CLOSED", "out", "err", "fail"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1          # lost / dead / aborted publisher, --timeout, any other runtime error
+EXIT_USAGE = 2          # bad usage, no catalog at the path, unknown topic, closed topic
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_UNKNOWN_TOPIC = EXIT_CLOSED = EXIT_USAGE  # kept for callers of earlier versions
+
+
+def out() -> Console:
+    """The console for a command's data (stdout). Not a terminal: no colours, and tables as
+    wide as they need (up to 200 columns, unless ``$COLUMNS`` says otherwise)."""
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(highlight=False, soft_wrap=False, width=200 if wide else None)
+
+
+def err() -> Console:
+    """The console for everything that is not data (stderr)."""
+    return Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int = EXIT_ERROR, hint: Optional[str] = None) -> typer.Exit:
+    """Print ``error: message`` (and ``hint: ...``) on stderr; return the Exit to raise."""
+    console = err()
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    if hint:
+        console.print(f"[dim]hint:[/dim] {escape(hint)}", soft_wrap=True)
+    return typer.Exit(code)

@@ -1,0 +1,40 @@
+"""The table ``epochstream topics`` prints: one row per partition of each topic, with its
+endpoint, state (coloured) and publisher pid."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from ..catalog import TopicInfo
+
+__all__ = ["STATE_STYLE", "topics_table"]
+
+#: The colour of each partition state in the table.
+STATE_STYLE = {"live": "green", "closed": "blue", "aborted": "magenta", "dead": "red",
+               "unregistered": "yellow"}
+
+
+def topics_table(topics: list[TopicInfo]) -> Table:
+    """The table of ``topics``; a partition no publisher registered is ``unregistered``."""
+    table = Table(show_lines=False)
+    table.add_column("topic", overflow="fold")
+    for col in ("order", "codec", "parts", "part"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("endpoint", overflow="fold")
+    table.add_column("state", no_wrap=True)
+    table.add_column("pid", no_wrap=True)
+    for info in topics:
+        by_index = {p.index: p for p in info.partition_info}
+        for i in range(info.partitions):
+            head = ([escape(info.name), info.order_name, escape(info.codec), str(info.partitions)]
+                    if i == 0 else ["", "", "", ""])
+            p = by_index.get(i)
+            if p is None:
+                state, endpoint, pid = "unregistered", "-", "-"
+            else:
+                state, endpoint, pid = p.state, p.endpoint, str(p.pid)
+            style = STATE_STYLE.get(state)
+            shown = f"[{style}]{state}[/{style}]" if style else escape(state)
+            table.add_row(*head, str(i), escape(endpoint), shown, pid)
+    return table
