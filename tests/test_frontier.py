@@ -1,49 +1,10 @@
-"""Unit tests for epochstream.order and epochstream.frontier (timely semantics)."""
+"""Unit tests for epochstream.frontier (timely progress/frontier.rs semantics); the model-based
+property tests are in test_frontier_model.py."""
 import pytest
 
 from epochstream.errors import ProtocolError
-from epochstream.frontier import Antichain, MutableAntichain
-from epochstream.order import TOTAL, by_name, dual, linear_extension, product
-
-
-def test_total_order_basics():
-    assert TOTAL.le(1, 1) and TOTAL.lt(1, 2) and not TOTAL.lt(2, 2)
-    assert TOTAL.minimum == 0 and TOTAL.check(7) == 7
-    with pytest.raises(ProtocolError, match="expected an int"):
-        TOTAL.check((1, 2))
-    with pytest.raises(ProtocolError):
-        TOTAL.check(True)
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_product_order_is_componentwise_not_lexicographic(n):
-    P = product(n)
-    a = (0,) * (n - 1) + (5,)
-    b = (1,) + (0,) * (n - 1)
-    if n > 1:
-        assert a < b  # Python's lexicographic order says a < b ...
-        assert not P.le(a, b) and not P.le(b, a)  # ... but they are incomparable
-    assert P.le(P.minimum, a) and P.lt(P.minimum, b)
-    assert P.check(list(a)) == a
-    with pytest.raises(ProtocolError, match=f"tuple of {n} ints"):
-        P.check((1,) * (n + 1))
-    assert by_name(P.name) is P
-
-
-def test_dual_and_linear_extension():
-    P = product(2)
-    D = dual(P)
-    assert D.le((2, 2), (1, 1)) and not D.le((1, 1), (2, 2))
-    times = [(2, 0), (0, 2), (1, 1), (0, 0), (2, 2)]
-    ordered = linear_extension(P, times)
-    for i, a in enumerate(ordered):
-        for b in ordered[:i]:
-            assert not P.lt(a, b)
-
-
-def test_by_name_rejects_unknown():
-    with pytest.raises(ValueError, match="unknown order"):
-        by_name("lexicographic")
+from epochstream.frontier import Antichain, MutableAntichain, apply_changes
+from epochstream.order import TOTAL, dual, product
 
 
 def test_antichain_keeps_minimal_elements():
@@ -99,3 +60,15 @@ def test_mutable_antichain_product_order():
     assert ch == [((0, 1), -1)]  # (1, 1) is dominated by (1, 0)
     assert m.frontier == ((1, 0),)
     assert m.update_iter([((1, 0), -1)]) == [((1, 0), -1), ((1, 1), 1)]
+
+
+def test_apply_changes_is_the_frontier_bookkeeping():
+    f = {0: True}
+    apply_changes(f, [(0, -1), (2, 1), (1, 1)])
+    assert list(f) == [2, 1]
+    apply_changes(f, [(5, -1)])  # lenient: removing an absent element is a no-op
+    assert list(f) == [2, 1]
+    with pytest.raises(ProtocolError, match="already an element"):
+        apply_changes(f, [(2, 1)], strict=True)
+    with pytest.raises(ProtocolError, match="not an element"):
+        apply_changes(f, [(7, -1)], strict=True)
