@@ -143,6 +143,10 @@ def _array_header(p) -> tuple[int | None, int]:
     return None, 0
 
 
+_CONTINUATION = b"\xff\xff\xff\xff"  # Arrow IPC: the marker in front of every message
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # Arrow IPC: end of stream
+
+
 class ArrowCodec:
     """Payload = Arrow IPC stream with exactly one RecordBatch.
 
@@ -154,6 +158,9 @@ class ArrowCodec:
 
     def __init__(self):
         self._pa = pa
+        # schema message bytes -> parsed schema: every payload repeats its schema, and parsing
+        # it is most of a small batch's decoding cost (~6 of ~8 µs); the wire is unchanged
+        self._schemas: dict[bytes, Any] = {}
 
     def encode(self, records) -> bytes:
         pa = self._pa
@@ -183,6 +190,32 @@ class ArrowCodec:
         return sink.getvalue().to_pybytes()
 
     def decode(self, payload):
+        """The payload's RecordBatch. Fast path: a stream of exactly [schema, record batch, end
+        marker] whose schema bytes were seen before is read against the cached schema; anything
+        else (dictionaries, several batches, a malformed payload) takes the full reader."""
+        pa = self._pa
+        if type(payload) is bytes and payload.startswith(_CONTINUATION) and payload.endswith(_EOS):
+            end = 8 + int.from_bytes(payload[4:8], "little")
+            key = payload[:end]
+            schema = self._schemas.get(key)
+            if schema is not None:
+                try:
+                    msg = pa.ipc.read_message(pa.py_buffer(payload).slice(end))
+                    # exactly one record batch between the schema and the end marker
+                    if (msg.type == "record batch" and end + 8 + msg.metadata.size
+                            + msg.body.size == len(payload) - 8):
+                        return pa.ipc.read_record_batch(msg, schema)
+                except Exception:  # noqa: BLE001 - the full reader below names the problem
+                    pass
+            else:
+                batch = self._decode_stream(payload)
+                if len(self._schemas) >= 64:
+                    self._schemas.clear()
+                self._schemas[key] = batch.schema
+                return batch
+        return self._decode_stream(payload)
+
+    def _decode_stream(self, payload):
         pa = self._pa
         try:
             reader = pa.ipc.open_stream(pa.py_buffer(payload))

@@ -27,6 +27,16 @@ log = logging.getLogger("epochstream.transport")
 # loop commands (caller thread -> loop thread): (kind, argument, frames)
 DATA, FRONTIER, SYNC, ABORT, STOP = "data", "frontier", "sync", "abort", "stop"
 
+#: payloads of at least this many bytes are wrapped in one ``zmq.Frame`` when the message goes
+#: to more than one peer: libzmq then shares the buffer (reference-counted) instead of copying
+#: the payload once per subscriber. Below it, the Frame object costs more than the copies save.
+SHARE_FRAME_BYTES = 4096
+
+#: only payloads smaller than this are coalesced (and only into messages of at most
+#: ``coalesce_bytes``): merging big payloads saves few wire messages, and the subscriber pays for
+#: the bigger arrays with garbage collections (docs/benchmarks.md, "Garbage collection")
+COALESCE_PAYLOAD_BYTES = 4096
+
 
 class PublisherLoop:
     """Loop-side state of one partition. ``publisher`` supplies the identity (topic, partition,
@@ -137,6 +147,8 @@ class PublisherLoop:
                 self._loop_upper.insert(arg)
                 if commands and self.coalesce_bytes:
                     frames = self._coalesce(arg, frames, now)
+                if len(fanout.peers) > 1 and len(frames[2]) >= SHARE_FRAME_BYTES:
+                    frames = [frames[0], frames[1], zmq.Frame(frames[2])]
                 fanout.broadcast(frames, transmit, now)
                 data += 1
             elif kind is FRONTIER:
@@ -164,13 +176,16 @@ class PublisherLoop:
 
     def _coalesce(self, time, frames: list, now: float) -> list:
         """Merge the data commands for ``time`` queued right behind ``frames`` into one message
-        (see ``coalesce_bytes``)."""
+        (see ``coalesce_bytes``); payloads of ``COALESCE_PAYLOAD_BYTES`` or more are not merged."""
         commands = self._handoff.commands
         payloads = [frames[2]]
         size = len(frames[2])
+        if size >= COALESCE_PAYLOAD_BYTES:
+            return frames
         while commands and size < self.coalesce_bytes:
             kind, t, nxt = commands[0]
-            if kind is not DATA or t != time or size + len(nxt[2]) > self.coalesce_bytes:
+            if (kind is not DATA or t != time or len(nxt[2]) >= COALESCE_PAYLOAD_BYTES
+                    or size + len(nxt[2]) > self.coalesce_bytes):
                 break
             commands.popleft()
             payloads.append(nxt[2])

@@ -110,7 +110,8 @@ class Publisher:
         batching without linger (Kafka's producer batching with ``linger.ms=0``): when the loop
         finds several data calls for the same time already queued, it sends them as one message
         of up to this many payload bytes (msgpack only: the arrays are concatenated without
-        decoding). Nothing waits for a batch to fill; 0 disables it.
+        decoding; payloads of 4 KiB or more are sent as they are, since merging big arrays costs
+        the subscriber garbage collections). Nothing waits for a batch to fill; 0 disables it.
     credit_timeout:
         seconds a flow-controlled subscriber may grant no credit while it holds the producer
         back (its backlog full) before it is evicted with a ``lagged`` notice (default 30 s, as

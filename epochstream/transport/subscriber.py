@@ -24,7 +24,7 @@ from ..protocol import EpochAssembler, SubscriberProtocol
 from .liveness import Liveness
 from .membership import partition_endpoints, resolve_catalog
 from .recovery import Recovery
-from .sockets import connect_dealer
+from .sockets import connect_dealer, receive_from
 
 __all__ = ["Subscriber"]
 
@@ -32,6 +32,10 @@ log = logging.getLogger("epochstream.transport")
 
 # message kinds that spend flow-control credit (the stream proper; not S, H or X)
 _CREDITED = frozenset((wire.DATA, wire.FRONTIER))
+
+# messages read from one socket per poll: more makes the batch handed out bigger (and costlier
+# per message: a probe measured ~7 µs/message more at 1,000 than at 64-128)
+_DRAIN = 128
 
 
 class Subscriber(Recovery):
@@ -107,6 +111,7 @@ class Subscriber(Recovery):
         self.gaps: list[Gap] = []
         self.stats: collections.Counter = collections.Counter()
         self._sockets: dict[zmq.Socket, int] = {}
+        self._receivers: dict[zmq.Socket, Any] = {}  # socket -> its receive_from() function
         self._by_partition: dict[int, zmq.Socket] = {}
         self._liveness = Liveness(self.timeout, self.ping_interval)
         self._assembler = EpochAssembler(self.order, self.codec.combine)  # state of epochs()
@@ -138,6 +143,7 @@ class Subscriber(Recovery):
                 hello["credit"] = self.credit
             s.send_multipart(wire.encode_control(wire.HELLO, **hello))
             self._sockets[s] = i
+            self._receivers[s] = receive_from(s)
             self._by_partition[i] = s
             self._poller.register(s, zmq.POLLIN)
             self._unacked[i] = 0
@@ -211,6 +217,7 @@ class Subscriber(Recovery):
             pass
         self._poller.unregister(s)
         del self._sockets[s]
+        self._receivers.pop(s, None)
         s.close(100)
         self._liveness.forget(partition)
 
@@ -327,9 +334,10 @@ class Subscriber(Recovery):
             partition = self._sockets.get(s)
             if partition is None:
                 continue
-            for _ in range(1000):
+            receive = self._receivers[s]
+            for _ in range(_DRAIN):
                 try:
-                    frames = s.recv_multipart(zmq.NOBLOCK)
+                    frames = receive()
                 except zmq.Again:
                     break
                 liveness.heard(partition, now)
