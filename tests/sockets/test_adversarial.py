@@ -3,7 +3,7 @@
     "every epoch whole or not at all", "nothing dropped silently", "memory stays bounded"
 
 Nothing we ship is mocked. Each partition's publisher is its own OS process
-(``tests/adversary_peer.py publisher``: a real ``with Publisher(...)`` block driven by commands on
+(``tests/sockets/adversary_peer.py publisher``: a real ``with Publisher(...)`` block driven by commands on
 its stdin), each subscriber is its own OS process (``adversary_peer.py subscriber``: a real
 ``Subscriber(...).epochs()`` loop printing one JSON line per Epoch / Gap / exception), all on
 127.0.0.1, all sharing one SQLite catalog in a fresh temporary directory. Faults are real:

@@ -1,13 +1,13 @@
 """A publisher or subscriber in its own process, for fault-injection tests (kill -9, restart).
 
-    python tests/fault_peer.py publisher CATALOG TOPIC START EPOCHS RATE [PAYLOAD]
+    python tests/sockets/fault_peer.py publisher CATALOG TOPIC START EPOCHS RATE [PAYLOAD]
         registers partition 0 of TOPIC in CATALOG, prints "READY <incarnation>", then publishes
         epochs START.. START+EPOCHS-1 (one message of PAYLOAD ints each, then advance_to) at RATE
         epochs/s, prints "EPOCH <t>" after each, and then idles (heartbeats) until killed.
-    python tests/fault_peer.py burst TOPIC MESSAGES SIZE
+    python tests/sockets/fault_peer.py burst TOPIC MESSAGES SIZE
         prints "READY <endpoint>", waits for a line on stdin, publishes MESSAGES epochs of one
         message of SIZE ints each, closes, prints "CLOSED" and exits right away.
-    python tests/fault_peer.py subscriber ENDPOINT TOPIC
+    python tests/sockets/fault_peer.py subscriber ENDPOINT TOPIC
         subscribes, prints "READY" once its snapshot arrived, then stops reading (stalls).
 """
 import sys

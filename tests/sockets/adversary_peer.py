@@ -1,5 +1,5 @@
 """One publisher or one subscriber of a topic in its own OS process, driven by the adversarial
-tests (``tests/test_adversarial.py``). Nothing of epochstream is mocked: a real
+tests (``tests/sockets/test_adversarial.py``). Nothing of epochstream is mocked: a real
 ``with Publisher(...)`` block and a real ``Subscriber(...).epochs()`` loop, real sockets.
 
 Record ids
@@ -17,7 +17,7 @@ Publisher mode
 --------------
 ::
 
-    python tests/adversary_peer.py publisher CATALOG TOPIC PARTITION PARTITIONS ORDER GEN START [key=value ...]
+    python tests/sockets/adversary_peer.py publisher CATALOG TOPIC PARTITION PARTITIONS ORDER GEN START [key=value ...]
 
 ``ORDER``: ``total`` or ``product(2)``; ``START``: JSON time (``5`` or ``[2,1]``), the first
 capability (``Publisher(..., start=START)``); options: ``heartbeat``, ``max_queue_bytes``,
@@ -43,7 +43,7 @@ Subscriber mode
 ---------------
 ::
 
-    python tests/adversary_peer.py subscriber CATALOG TOPIC RECOVER CREDIT TIMEOUT PING
+    python tests/sockets/adversary_peer.py subscriber CATALOG TOPIC RECOVER CREDIT TIMEOUT PING
 
 ``RECOVER``: 0/1; ``CREDIT``: 0 (no flow control) or ``N``; ``TIMEOUT``, ``PING``: seconds.
 Prints ``READY <json>`` once every partition's snapshot arrived (json: the snapshots' lower and

@@ -1,6 +1,6 @@
 """Issue 4: slow subscribers, failure detection both ways, restarts, flow control, bad input.
 
-Real processes (``tests/fault_peer.py``) are killed with SIGKILL; real sockets on 127.0.0.1.
+Real processes (``tests/sockets/fault_peer.py``) are killed with SIGKILL; real sockets on 127.0.0.1.
 Measured detection times are printed (``pytest -s``) and recorded in docs/reliability.md.
 """
 import os
