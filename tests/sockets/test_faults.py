@@ -3,7 +3,6 @@
 Real processes (``tests/sockets/fault_peer.py``) are killed with SIGKILL; real sockets on 127.0.0.1.
 Measured detection times are printed (``pytest -s``) and recorded in docs/reliability.md.
 """
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import psutil
 import pytest
 import zmq
 
+from peer_processes import kill as _kill, read_until as _read_until
 from epochstream import wire
 from epochstream.catalog import Catalog
 from epochstream.errors import ProtocolError, PublisherLost
@@ -27,23 +27,6 @@ def _spawn(*args):
     proc = subprocess.Popen([sys.executable, PEER, *map(str, args)], stdout=subprocess.PIPE,
                             text=True, bufsize=1)
     return proc
-
-
-def _read_until(proc, prefix, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"peer exited (rc={proc.poll()}) before printing {prefix!r}")
-        if line.startswith(prefix):
-            return line.split()
-    raise AssertionError(f"peer did not print {prefix!r} in {timeout} s")
-
-
-def _kill(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
 
 
 # -- slow subscribers -------------------------------------------------------------------------

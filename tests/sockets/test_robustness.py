@@ -1,8 +1,6 @@
 """Promises under attack: each test reproduces a defect found by an adversarial review (real
 sockets on 127.0.0.1, real processes where a kill is involved) and fails on the code before its
 fix. See docs/reliability.md for the table of faults these back."""
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -12,6 +10,7 @@ import time
 import pytest
 import zmq
 
+from peer_processes import kill as _kill, read_until as _expect
 from epochstream import wire
 from epochstream.catalog import Catalog
 from epochstream.errors import ProtocolError, PublisherAborted, SubscriberLagged, WireError
@@ -40,23 +39,6 @@ def _recv_kinds(sock, timeout=5.0) -> list:
 def _spawn(code: str, *args) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-
-
-def _expect(proc, prefix, timeout=30.0) -> list:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"peer exited (rc={proc.poll()}) before printing {prefix!r}")
-        if line.startswith(prefix):
-            return line.split()
-    raise AssertionError(f"peer did not print {prefix!r} in {timeout} s")
-
-
-def _kill(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
 
 
 # -- 1. a cached filter verdict outlived the join it was computed for -------------------------
