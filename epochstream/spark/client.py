@@ -21,11 +21,12 @@ from typing import TypeVar, cast
 import zmq
 
 from ..catalog import Catalog
+from ..errors import EpochstreamError
 from .ingest import (Abort, AttemptRef, Commit, CommitAck, Flush, IngestError, IngestMessageError,
                      Refusal, Reply, Request, decode_reply, encode_request)
 
 __all__ = ["DEFAULT_COMMIT_TIMEOUT", "IngestClient", "client", "drop_client", "ingest_endpoints",
-           "send_commit"]
+           "require_host", "send_commit"]
 
 DEFAULT_COMMIT_TIMEOUT = 120.0
 
@@ -153,6 +154,26 @@ def ingest_endpoints(catalog: str | None, topic: str) -> list[str]:
         raise IngestError(f"topic {topic!r}: partition(s) {missing} have no live ingest endpoint; "
                           f"start a SparkPublisherHost for the topic before the query")
     return [cast(str, p.ingest) for p in parts]
+
+
+def require_host(catalog: str | None, topic: str) -> list[str]:
+    """:func:`ingest_endpoints`, for the start of a query: raises :class:`IngestError` with a
+    message that says to start a :class:`~epochstream.spark.SparkPublisherHost` when the topic is
+    unknown, a partition is not live (closed, aborted, dead) or the catalog cannot be read. One
+    catalog lookup."""
+    try:
+        return ingest_endpoints(catalog, topic)
+    except EpochstreamError as e:
+        try:
+            where = str(_catalog(catalog).path)
+        except Exception:  # noqa: BLE001 - only for the message
+            where = str(catalog) if catalog else "the default catalog"
+        raise IngestError(
+            f"no running SparkPublisherHost serves topic {topic!r} in catalog {where} ({e}). "
+            f"Start one in the driver program before starting the query and keep it open while "
+            f"the query runs: `with SparkPublisherHost({topic!r}, catalog=...) as host:` around "
+            f"`.start()` and `.awaitTermination()`, with the same catalog as the sink's "
+            f"\"catalog\" option") from None
 
 
 def _attempts_by_partition(messages: Iterable, n: int) -> list[list[AttemptRef]]:

@@ -15,6 +15,19 @@ staged (ZeroMQ keeps per-connection order); only then does the task return its
 sends COMMIT to every topic partition (:func:`~epochstream.spark.client.send_commit`);
 ``abort()`` sends ABORT, best effort. Spark builds a fresh writer for every batch and every
 commit, so the writer holds only its options.
+
+Errors at the start of a query: ``streamWriter()`` checks (one catalog lookup, via
+:func:`~epochstream.spark.client.require_host`) that a live
+:class:`~epochstream.spark.SparkPublisherHost` serves the topic, and otherwise raises an
+:class:`IngestError` that says to start one. PySpark (4.x) calls ``streamWriter()`` in a Python
+worker when it plans a micro-batch — not during ``DataStreamWriter.start()``, which has no hook
+for a Python data source — so a query started without a host fails when it plans its first batch,
+before any task runs, with that one message (from ``awaitTermination()`` / ``exception()``).
+:func:`~epochstream.spark.start_query` makes the same check in the caller's process, so there
+``start`` itself raises. A Spark worker whose Python cannot import epochstream fails while
+unpickling this class, before any code of epochstream runs: :func:`~epochstream.spark.register`
+(and so ``start_query``) checks the workers' Python first (see
+:func:`~epochstream.spark.session.check_worker_python`).
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 
 from ..wire import codec
 from .client import (DEFAULT_COMMIT_TIMEOUT, IngestClient, client, drop_client, ingest_endpoints,
-                     send_commit)
+                     require_host, send_commit)
 from .ingest import Abort, Data, Flush, FlushAck, IngestError
 
 __all__ = ["SOURCE_NAME", "DEFAULT_ACK_TIMEOUT", "EpochstreamDataSource", "EpochstreamStreamWriter",
@@ -160,4 +173,10 @@ class EpochstreamDataSource(DataSource):
         return SOURCE_NAME
 
     def streamWriter(self, schema: Any, overwrite: bool) -> EpochstreamStreamWriter:
-        return EpochstreamStreamWriter(self.options, schema)
+        """The writer of one micro-batch (planning) or of one commit/abort. Raises
+        :class:`IngestError` without a ``topic`` option, or when no live
+        :class:`~epochstream.spark.SparkPublisherHost` serves the topic (the message says to
+        start one): the query then fails before its first task."""
+        writer = EpochstreamStreamWriter(self.options, schema)
+        require_host(writer.catalog, writer.topic)
+        return writer
