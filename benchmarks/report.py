@@ -79,6 +79,23 @@ samples at 10 %, 50 % and 90 %; each level capped at 60 s of sending), memory ~0
 """
 
 PROFILE_HOWTO = """\
+## What still limits the missed targets
+
+At 1 record per message the subscriber is the saturated side, and its cost is spread over the
+Python path of every message rather than one hot spot: `results/profile_subscriber_1dict.txt`
+(cProfile, 100,000 one-dict messages, one publisher process, `events()` touching every record)
+shows, per message, the receive of three frames (`sockets.receive`: three `recv` calls and three
+`RCVMORE` reads, each read still building an `enum` value inside pyzmq) ≈ 37 % of the time, the
+subscriber's per-message Python (`_read`, `_handle`, `_data`, `_queue`, `_outputs`,
+`protocol.deliver` with its frontier check) ≈ 45 %, and decoding the record ≈ 6 %. A raw pyzmq
+subscriber pays only the receive and the decode, hence the 0.6–0.7× of raw pyzmq with equal
+batching. What would close it: fewer Python calls per message (handing out data without building
+two `DataMessage` objects, one per layer) and fewer frames per message (the time header and
+payload in one frame would change the wire format). At 1000 tuples per message the subscriber
+is decode-bound (see the decode-only ceiling) and the remaining gap is garbage collection of the
+decoded arrays; for Arrow at 38 KB the publisher's per-message path and the second process share
+the 2 cores with the receiver.
+
 ## How to profile
 
 - publisher (all threads): `py-spy record -r 500 -f raw --threads -o pub.txt -- python script.py`
