@@ -88,8 +88,8 @@ shows, per message, the receive of three frames (`sockets.receive`: three `recv`
 `RCVMORE` reads, each read still building an `enum` value inside pyzmq) ≈ 37 % of the time, the
 subscriber's per-message Python (`_read`, `_handle`, `_data`, `_queue`, `_outputs`,
 `protocol.deliver` with its frontier check) ≈ 45 %, and decoding the record ≈ 6 %. A raw pyzmq
-subscriber pays only the receive and the decode, hence the 0.6–0.7× of raw pyzmq with equal
-batching. What would close it: fewer Python calls per message (handing out data without building
+subscriber pays only the receive and the decode, hence the gap to raw pyzmq with equal batching
+and the wide spread of that ratio (targets table). What would close it: fewer Python calls per message (handing out data without building
 two `DataMessage` objects, one per layer) and fewer frames per message (the time header and
 payload in one frame would change the wire format). At 1000 tuples per message the subscriber
 is decode-bound (see the decode-only ceiling) and the remaining gap is garbage collection of the
