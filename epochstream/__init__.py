@@ -15,8 +15,10 @@ Heavy layers are imported lazily, so ``import epochstream.order`` needs neither 
 
 from typing import TYPE_CHECKING
 
-from .errors import (CatalogError, EpochstreamError, PartitionHeld, ProtocolError,
-                     PublisherAborted, PublisherLost, SubscriberLagged, TopicNotFound, WireError)
+from .errors import (CatalogError, EpochstreamError, HistoryCorrupt, HistoryError,
+                     HistoryUnavailable, HistoryWriteError, PartitionHeld, ProtocolError,
+                     PublisherAborted, PublisherLost, SubscriberLagged, SubscriptionExpired,
+                     SubscriptionHeld, TopicNotFound, WireError)
 
 __version__ = "0.1.0"
 
@@ -31,6 +33,8 @@ if TYPE_CHECKING:  # the lazy names below, with their real types for type checke
     from .protocol import PublisherProtocol as PublisherProtocol
     from .protocol import SubscriberProtocol as SubscriberProtocol
     from .transport import Publisher as Publisher, Subscriber as Subscriber
+    from .retention import Retention as Retention
+    from .history import History as History
 
 _LAZY = {
     "TOTAL": "order", "product": "order",
@@ -40,10 +44,13 @@ _LAZY = {
     "EpochAssembler": "protocol", "PublisherProtocol": "protocol", "SubscriberProtocol": "protocol",
     "Publisher": "transport", "Subscriber": "transport",
     "Catalog": "catalog",
+    "Retention": "retention", "History": "history",
 }
 
 __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
-           "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", *_LAZY]
+           "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", "HistoryError",
+           "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
+           "SubscriptionHeld", *_LAZY]
 
 
 def __getattr__(name):

@@ -45,6 +45,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+from .catalog_history import DurableInfo, EpochRecord, HistoryCatalog, HistoryState
 from .catalog_liveness import HOST, pid_alive, process_start
 from .catalog_records import (ROW_COLUMNS, PartitionInfo, TopicInfo, encode_upper,
                               partition_from_row)
@@ -54,7 +55,7 @@ from .order import by_name
 
 __all__ = ["Catalog", "TopicInfo", "PartitionInfo", "default_catalog_path", "pid_alive", "ENV_VAR",
            "DEFAULT_DIR", "DEFAULT_FILE", "BUSY_TIMEOUT_S", "POLL_INTERVAL_S", "SCHEMA_VERSION",
-           "STATES"]
+           "STATES", "DurableInfo", "EpochRecord", "HistoryState"]
 
 ENV_VAR = "EPOCHSTREAM_CATALOG"
 DEFAULT_DIR = ".epochstream"
@@ -114,7 +115,7 @@ def _topic_definition(topic: Any, order: Any, codec: Any, partitions: Any,
     return order_name, codec, partitions, schema
 
 
-class Catalog:
+class Catalog(HistoryCatalog):
     """The topic catalog stored in one SQLite file (schema: :mod:`epochstream.catalog_schema`).
 
     ``path``: a directory (the file is ``<dir>/catalog.sqlite``) or a file ending in
@@ -127,7 +128,10 @@ class Catalog:
     newer version).
 
     Safe to use from several threads and processes at once, including several processes
-    creating the same new file at the same moment."""
+    creating the same new file at the same moment.
+
+    The index of durable history (epoch logs, durable subscriptions) is read and written by the
+    methods of :class:`~epochstream.catalog_history.HistoryCatalog`."""
 
     def __init__(self, path: str | os.PathLike | None = None):
         self.path: Path = (default_catalog_path() if path is None else _resolve(path)).absolute()
@@ -209,9 +213,13 @@ class Catalog:
             conn.close()
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """A connection inside ``BEGIN IMMEDIATE`` (committed on success, rolled back on error)."""
+    def _write(self, synchronous: str | None = None) -> Iterator[sqlite3.Connection]:
+        """A connection inside ``BEGIN IMMEDIATE`` (committed on success, rolled back on error).
+        ``synchronous``: ``"NORMAL"`` commits without fsync (WAL mode: durable against a crash
+        of the process, not power loss); default SQLite's ``FULL``."""
         with self._lock, self._connect() as conn:
+            if synchronous is not None:
+                conn.execute(f"PRAGMA synchronous={'NORMAL' if synchronous == 'NORMAL' else 'FULL'}")
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn

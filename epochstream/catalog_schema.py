@@ -41,6 +41,10 @@ has registered yet has no row)::
                                    -- seconds
     PRIMARY KEY (topic, idx)
 
+``history_partitions``, ``history_segments``, ``history_epochs`` (the index of each partition's
+epoch log) and ``durables`` (durable subscriptions): see :mod:`epochstream.catalog_history`,
+which owns their DDL and every read and write of them.
+
 The stored state is only ever one of :data:`STATES`; readers also report ``"dead"``
 (:mod:`epochstream.catalog_liveness`).
 
@@ -58,13 +62,15 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .catalog_history import HISTORY_DDL
 from .errors import CatalogError
 
 __all__ = ["SCHEMA_VERSION", "STATES", "ensure_schema", "enable_wal", "check_version",
            "retry_busy", "is_busy"]
 
-SCHEMA_VERSION = 1
-"""``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated)."""
+SCHEMA_VERSION = 2
+"""``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated;
+1: before durable history — version 2 adds the ``history_*`` and ``durables`` tables)."""
 
 STATES = ("live", "closed", "aborted")
 """The states stored in ``partitions.state`` (readers also report ``"dead"``: module docstring)."""
@@ -189,17 +195,21 @@ def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def _create_or_migrate(conn: sqlite3.Connection) -> None:
-    """Inside ``ensure_schema``'s transaction: create the tables of a new file, or rebuild the
-    ``partitions`` table of a version-0 file keeping its rows; then set the version."""
+    """Inside ``ensure_schema``'s transaction: create the tables of a new file, or migrate an
+    older one keeping every row (version 0: rebuild ``partitions``, whose state CHECK lacks
+    ``'aborted'``; versions 0 and 1: add the history tables); then set the version."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
     old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
                        "AND name = 'partitions'").fetchone() is not None
     conn.execute(_TOPICS_DDL)
-    if old:  # version 0: state's CHECK lacks 'aborted'; rebuild, keeping rows
+    if old and version == 0:
         conn.execute(_PARTITIONS_DDL.format(name="partitions_v1"))
         conn.execute(f"INSERT INTO partitions_v1 ({_PARTITION_COLUMNS}) "
                      f"SELECT {_PARTITION_COLUMNS} FROM partitions")
         conn.execute("DROP TABLE partitions")
         conn.execute("ALTER TABLE partitions_v1 RENAME TO partitions")
-    else:
+    elif not old:
         conn.execute(_PARTITIONS_DDL.format(name="partitions"))
+    for ddl in HISTORY_DDL:
+        conn.execute(ddl)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -12,12 +12,20 @@ everything of ours in one clause and still tell the cases apart:
 - :class:`PublisherLost` — a partition's publisher stopped answering (no heartbeat in time).
 - :class:`PublisherAborted` — a partition's publisher ended abnormally (an exception left its
   ``with`` block): its open epochs will never complete.
+- :class:`HistoryError` and its subclasses — durable history (docs/history.md):
+  :class:`HistoryUnavailable` (the requested position is older than what is retained),
+  :class:`HistoryCorrupt` (a segment failed its checksum or is truncated),
+  :class:`HistoryWriteError` (the publisher cannot log an epoch: it refuses to complete it),
+  :class:`SubscriptionExpired` (a durable subscription fell behind retention);
+  :class:`SubscriptionHeld` — a durable subscription's name is held by another live subscriber.
 """
 
 from __future__ import annotations
 
 __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
-           "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted"]
+           "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", "HistoryError",
+           "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
+           "SubscriptionHeld"]
 
 
 class EpochstreamError(Exception):
@@ -82,3 +90,53 @@ class PublisherAborted(EpochstreamError):
         self.partition = partition
         self.reason = reason
         super().__init__(message)
+
+
+class HistoryError(EpochstreamError):
+    """Base class of the errors of durable history (:mod:`epochstream.history`)."""
+
+
+class HistoryUnavailable(HistoryError):
+    """The requested position is older than what is retained, or a partition that sent data
+    at or beyond it keeps no history: the epochs it asks for cannot all be delivered whole, so
+    nothing is delivered (never a silent skip). ``retained`` is the earliest position that could
+    be served (a tuple of times, the ``since`` frontier), when known."""
+
+    def __init__(self, message: str, *, retained: tuple | None = None):
+        self.retained = retained
+        super().__init__(message)
+
+
+class HistoryCorrupt(HistoryError):
+    """A segment of the epoch log failed its checksum, is truncated or missing: the epoch named
+    in the message is never delivered as data. ``path`` is the segment file."""
+
+    def __init__(self, message: str, *, path: str | None = None):
+        self.path = path
+        super().__init__(message)
+
+
+class HistoryWriteError(HistoryError):
+    """The publisher could not write or index an epoch in its log (disk full, file size limit,
+    permissions): it refuses to complete the epoch rather than lose history silently. The
+    publisher is unusable afterwards (its log's tail is undefined); restart it to resume from
+    the last logged frontier."""
+
+
+class SubscriptionExpired(HistoryError):
+    """A durable subscription fell behind the retention limits: epochs at or beyond its acked
+    position were deleted. ``name``, ``acked`` (its position, a tuple of times) and
+    ``retained`` (the earliest position still retained) describe it; reset it explicitly
+    (``epochstream durable reset``) to go on from what is retained."""
+
+    def __init__(self, message: str, *, name: str = "", acked: tuple = (), retained: tuple = ()):
+        self.name = name
+        self.acked = acked
+        self.retained = retained
+        super().__init__(message)
+
+
+class SubscriptionHeld(CatalogError):
+    """A durable subscription's name is held by another live subscriber (pass
+    ``takeover=True`` to take it over), or this subscriber's hold was taken over (its acks are
+    refused from then on: fencing)."""

@@ -50,7 +50,7 @@ from sortedcontainers import SortedKeyList, SortedList
 from .errors import ProtocolError
 from .order import TotalOrder, linear_extension, sort_key
 
-__all__ = ["Antichain", "MutableAntichain", "apply_changes"]
+__all__ = ["Antichain", "MutableAntichain", "apply_changes", "join"]
 
 
 class Antichain:
@@ -144,6 +144,29 @@ class Antichain:
 
     def __repr__(self) -> str:
         return f"Antichain({self._elements!r})"
+
+
+def join(order, a: Iterable[Any], b: Iterable[Any]) -> tuple:
+    """The frontier of the times at or beyond *both* frontiers ``a`` and ``b``: the minimal
+    elements of ``{order.join(x, y) : x in a, y in b}`` (timely ``Antichain`` over a
+    ``Lattice``: the intersection of two up-sets is the up-set of the pairwise joins).
+
+    Algebra: ``t`` is at or beyond the result iff it is at or beyond ``a`` and at or beyond
+    ``b``; ``join(o, a, ()) == ()`` (nothing is beyond the empty frontier);
+    ``join(o, a, [o.minimum]) == a``. Needs an order with ``join`` (:data:`~epochstream.order.TOTAL`,
+    ``product(n)``). O(|a|·|b|) joins plus the antichain inserts.
+
+    >>> from epochstream.order import product
+    >>> sorted(join(product(2), [(0, 3), (2, 0)], [(1, 1)]))
+    [(1, 3), (2, 1)]
+    """
+    out = Antichain(order)
+    bj = order.join
+    bs = list(b)
+    for x in a:
+        for y in bs:
+            out.insert(bj(x, y))
+    return out.elements
 
 
 class MutableAntichain:

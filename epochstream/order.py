@@ -82,6 +82,11 @@ class TotalOrder:
         return t
 
     @staticmethod
+    def join(a: int, b: int) -> int:
+        """Least upper bound (timely ``Lattice::join``): ``max(a, b)``."""
+        return a if a >= b else b
+
+    @staticmethod
     def check(t: Any) -> int:
         """Return ``t`` as an ``int`` in ``TIME_MIN .. TIME_MAX`` (``bool`` is refused); raise
         ``ProtocolError`` otherwise."""
@@ -140,6 +145,12 @@ class ProductOrder:
     @staticmethod
     def key(t: tuple) -> tuple:
         return t
+
+    @staticmethod
+    def join(a: tuple, b: tuple) -> tuple:
+        """Least upper bound (timely ``Lattice::join`` for ``Product``): the component-wise
+        maximum, e.g. ``join((1, 5), (3, 2)) == (3, 5)``. O(n)."""
+        return tuple(x if x >= y else y for x, y in zip(a, b))
 
     def check(self, t: Any) -> tuple:
         """Return ``t`` as an ``n``-tuple of ints in ``TIME_MIN .. TIME_MAX``; raise

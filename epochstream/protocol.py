@@ -42,7 +42,9 @@ class PublisherProtocol:
     """One partition's side of the protocol (Strymon "Publisher Logic").
 
     The lower frontier starts as ``{start: +1}`` — the upstream's initial capability, by default
-    ``order.minimum``; a restarted publisher resumes at the first epoch it has not completed — and
+    ``order.minimum``; a restarted publisher resumes at the first epoch it has not completed (or
+    ``lower``: one capability per element of an antichain, e.g. a frontier recovered from the
+    epoch log) — and
     the upper frontier as ``upper`` (default empty; a restarted publisher passes the upper
     frontier its predecessor recorded, so that subscribers joining it still filter the epochs the
     predecessor had begun). Thread-unsafe; one instance per partition.
@@ -61,16 +63,17 @@ class PublisherProtocol:
 
     __slots__ = ("order", "_lower", "_upper", "_check", "strict")
 
-    def __init__(self, order, *, start=None, upper=(), strict: bool = False):
+    def __init__(self, order, *, start=None, upper=(), strict: bool = False, lower=None):
         self.order = order
         self._check = getattr(order, "check", None)
-        if start is None:
-            start = order.minimum
-        elif self._check is not None:
-            start = self._check(start)
+        if lower is None:
+            lower = [order.minimum if start is None else start]
+        elif start is not None:
+            raise ValueError("give start (one time) or lower (an antichain), not both")
+        lower = Antichain(order, [self._check(t) for t in lower] if self._check else lower)
         if self._check is not None:
             upper = [self._check(t) for t in upper]
-        self._lower = MutableAntichain(order, [(start, 1)])
+        self._lower = MutableAntichain(order, [(t, 1) for t in lower.elements])
         self._upper = Antichain(dual(order), upper)
         self.strict = strict
 

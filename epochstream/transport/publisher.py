@@ -20,17 +20,19 @@ import zmq
 
 from .. import wire
 from ..catalog import Catalog
-from ..errors import EpochstreamError, ProtocolError
+from ..epochlog import LogWriter, partition_dir
+from ..errors import EpochstreamError, HistoryWriteError, ProtocolError
 from ..events import LowerFrontierUpdate
 from ..frontier import Antichain
 from ..order import TIME_MIN, TOTAL, by_name, check_time, dual
 from ..protocol import PublisherProtocol
+from ..retention import Retention
 from .fanout import Fanout
 from .handoff import Handoff
 from .loop import ABORT, DATA, FRONTIER, STOP, SYNC, PublisherLoop
 from .sockets import bind_router
 
-__all__ = ["Publisher", "inherited_upper"]
+__all__ = ["Publisher", "inherited_upper", "history_dir"]
 
 log = logging.getLogger("epochstream.transport")
 
@@ -63,6 +65,13 @@ def inherited_upper(catalog: Catalog | None, topic: str, partition: int, order, 
             f"may have begun, and no catalog records its upper frontier; a restart past the "
             f"minimum needs the catalog the earlier incarnation registered in")
     return recorded
+
+
+def history_dir(catalog: Catalog, retention: Retention, topic: str, partition: int):
+    """Where the epoch log of ``partition`` of ``topic`` lives: under ``retention.dir``, or
+    ``history/`` next to the catalog file."""
+    base = retention.dir if retention.dir is not None else catalog.path.parent / "history"
+    return partition_dir(base, topic, partition)
 
 
 class Publisher:
@@ -116,6 +125,21 @@ class Publisher:
         seconds a flow-controlled subscriber may grant no credit while it holds the producer
         back (its backlog full) before it is evicted with a ``lagged`` notice (default 30 s, as
         NATS JetStream's default ``ack_wait``), so one hung consumer cannot stop a topic.
+    retention:
+        a :class:`~epochstream.retention.Retention` to keep this partition's epoch log (durable
+        history: late joiners with ``Subscriber(start=...)``, durable subscriptions, restarts
+        that remember; docs/history.md), or ``None`` (the default: no history). Needs a
+        ``catalog`` (the log's index lives there). Each data call is appended to the log; a
+        frontier advance that completes epochs is written, synced (``Retention.fsync``) and
+        indexed *before* it is sent, so a subscriber never sees an epoch complete that the log
+        does not hold. A publisher started on a partition whose log is unfinished (its
+        predecessor crashed, was killed or aborted) resumes from it: without ``start`` its
+        capabilities are the logged lower frontier (see :attr:`lower`), with ``start`` that
+        must be at or beyond it; the upper frontier is recovered too. A partition whose logged
+        stream finished (closed) starts a new stream that replaces it. If the log cannot be
+        written the publisher aborts and raises
+        :class:`~epochstream.errors.HistoryWriteError`: it never completes an epoch it could not
+        log.
 
     Flow control: a subscriber that opens with credit (``Subscriber(credit=N)``) is sent at most
     its granted ``D``/``F`` messages; beyond that its messages wait in its backlog, and when that
@@ -143,7 +167,7 @@ class Publisher:
                  max_queue_messages: int = 100_000, max_queue_bytes: int = 256 << 20,
                  queue_hwm: int = 1000, start=None, strict: bool = True,
                  coalesce_bytes: int = 64 << 10, credit_timeout: float = 30.0,
-                 context: zmq.Context | None = None):
+                 retention: Retention | None = None, context: zmq.Context | None = None):
         if isinstance(order, str):
             order = by_name(order)
         if not isinstance(partition, int) or not 0 <= partition < partitions:
@@ -154,8 +178,14 @@ class Publisher:
         self.coalesce_bytes = int(coalesce_bytes) if self.codec.name == "msgpack" else 0
         self.incarnation = uuid.uuid4().hex
         self._catalog = catalog
-        upper = inherited_upper(catalog, topic, partition, order, start)
-        self._protocol = PublisherProtocol(order, start=start, upper=upper, strict=strict)
+        self._log: LogWriter | None = None
+        self.retention = retention
+        if retention is not None:
+            lower, upper = self._open_log(retention, start, schema)
+            self._protocol = PublisherProtocol(order, lower=lower, upper=upper, strict=strict)
+        else:
+            upper = inherited_upper(catalog, topic, partition, order, start)
+            self._protocol = PublisherProtocol(order, start=start, upper=upper, strict=strict)
         self._last_time, self._last_header = object(), b""  # header of the last data time
         self._lock = threading.Lock()
         self._closed = False
@@ -176,6 +206,46 @@ class Publisher:
                                         name=f"epochstream-pub-{topic}-{partition}")
         self._register(schema, ingest)
         self._thread.start()
+
+    def _open_log(self, retention: Retention, start, schema: str | None) -> tuple[list, list]:
+        """Open (or recover) this partition's epoch log; return the ``(lower, upper)`` frontiers
+        to start with."""
+        if not isinstance(retention, Retention):
+            raise TypeError(f"retention must be a Retention, got {type(retention).__name__}")
+        catalog, order = self._catalog, self.order
+        if catalog is None:
+            raise ValueError("retention needs a catalog: the epoch log's index lives there")
+        catalog.create_topic(self.topic, order=order, codec=self.codec.name,
+                             partitions=self.partitions, schema=schema)
+        fresh = [order.minimum if start is None else check_time(order, start)]
+        prior = catalog.history_state(self.topic, self.partition)
+        resumed = prior is not None and bool(prior.lower)
+        if resumed:  # the recorded upper frontier bounds everything the predecessor sent
+            upper = Antichain(dual(order), prior.upper)
+            info = catalog.lookup(self.topic)
+            p = next((x for x in info.partition_info if x.index == self.partition), None)
+            if p is not None:
+                upper.extend(p.upper)
+            upper_list = list(upper.elements)
+        else:
+            upper_list = list(inherited_upper(catalog, self.topic, self.partition, order, start))
+        self._log = LogWriter(catalog, self.topic, self.partition, order, retention,
+                              history_dir(catalog, retention, self.topic, self.partition))
+        state = self._log.open(fresh, upper_list)
+        if not resumed:
+            return fresh, upper_list
+        logged = Antichain(order, state.lower)
+        if start is None:
+            log.info("publisher %s/%s resumes from its epoch log at %s", self.topic,
+                     self.partition, list(state.lower))
+            return list(state.lower), upper_list
+        if not logged.less_equal(fresh[0]):
+            self._log.close()
+            raise ProtocolError(
+                f"publisher {self.topic}/{self.partition}: start={start!r} is before the logged "
+                f"lower frontier {list(state.lower)!r}: those epochs are complete in the epoch "
+                f"log already; resume at or beyond it (or leave start=None to resume there)")
+        return fresh, upper_list
 
     def _register(self, schema: str | None, ingest: str | None) -> None:
         if self._catalog is None:
@@ -262,6 +332,8 @@ class Publisher:
                 if self._catalog is not None and protocol.extends_upper(t):
                     self._record_upper(t)
                 self._last_time, self._last_header = t, header
+            if self._log is not None:
+                self._logged(self._log.data, t, self._last_header, payload)
             protocol.accept(t)
             self._enqueue((DATA, t, [wire.DATA, self._last_header, payload]))
 
@@ -285,7 +357,7 @@ class Publisher:
             self._check_open()
             msg = self._protocol.progress(updates)
             if msg is not None:
-                self._enqueue((FRONTIER, msg, wire.encode_frontier(msg)))
+                self._send_frontier(msg)
             return msg
 
     def advance_to(self, time) -> LowerFrontierUpdate | None:
@@ -297,8 +369,31 @@ class Publisher:
             self._check_open()
             msg = self._protocol.advance_to(time)
             if msg is not None:
-                self._enqueue((FRONTIER, msg, wire.encode_frontier(msg)))
+                self._send_frontier(msg)
             return msg
+
+    def _send_frontier(self, msg: LowerFrontierUpdate, final: bool = False) -> None:
+        """Log (with retention: write, sync, index the epochs it completes) then send a lower
+        frontier change (caller holds ``self._lock``)."""
+        frames = wire.encode_frontier(msg)
+        if self._log is not None:
+            self._logged(self._log.frontier, self._protocol.lower, self._protocol.upper,
+                         frames[1])
+        command = (FRONTIER, msg, frames)
+        if final:
+            self._handoff.put_final(command)
+        else:
+            self._enqueue(command)
+
+    def _logged(self, call, *args) -> None:
+        """Run a log call (caller holds ``self._lock``); when the log fails, abort (no epoch
+        it could not log may complete) and raise its :class:`HistoryWriteError`."""
+        try:
+            call(*args)
+        except HistoryWriteError as e:
+            if not self._closed:
+                self._end_locked(f"the epoch log failed: {e}", 10.0)
+            raise
 
     def _enqueue(self, command: tuple) -> None:
         """Hand a command to the loop (caller holds ``self._lock``); raises if the loop died."""
@@ -345,22 +440,31 @@ class Publisher:
                 if wait:
                     self.join(linger + 5.0)
                 return
-            self._closed = True
-            if abort_reason is None:
-                msg = self._protocol.close()
-                if msg is not None:
-                    self._handoff.put_final((FRONTIER, msg, wire.encode_frontier(msg)))
-            else:
-                self._aborted = abort_reason
-                log.warning("publisher %s/%s aborted: %s", self.topic, self.partition, abort_reason)
-                self._handoff.put_final((ABORT, abort_reason, None))
+            self._end_locked(abort_reason, linger)
+        if wait:
+            self.join(linger + 5.0)
+
+    def _end_locked(self, abort_reason: str | None, linger: float) -> None:
+        """Close or abort (caller holds ``self._lock``; the publisher is still open)."""
+        self._closed = True
+        if abort_reason is None:
+            msg = self._protocol.close()
+            if msg is not None:
+                try:
+                    self._send_frontier(msg, final=True)
+                except HistoryWriteError as e:
+                    abort_reason = f"the epoch log failed at close: {e}"
+        if abort_reason is not None:
+            self._aborted = abort_reason
+            log.warning("publisher %s/%s aborted: %s", self.topic, self.partition, abort_reason)
+            self._handoff.put_final((ABORT, abort_reason, None))
+        if self._log is not None:
+            self._log.close()
         self._mark_ended(aborted=abort_reason is not None)
         self._handoff.put_final((STOP, float(linger), None))
         self._closer = threading.Thread(target=self._finish_close, args=(float(linger),),
                                         name=f"epochstream-close-{self.topic}-{self.partition}")
         self._closer.start()
-        if wait:
-            self.join(linger + 5.0)
 
     def _mark_ended(self, aborted: bool) -> None:
         if self._catalog is None:

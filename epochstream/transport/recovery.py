@@ -38,10 +38,16 @@ class Recovery:
         """Drop this join (its pending epochs are incomplete), re-join every partition with
         fresh snapshots, and report a complete :class:`Gap` once they are all in."""
         old = self._protocol
-        since = old.lower if old.ready else (self._pending_gap[2] if self._pending_gap else ())
+        if old.ready:
+            since = old.lower
+            self._announced = old.lower
+        elif self._pending_gap is not None:
+            since = self._pending_gap[2]
+        else:  # the first join was not ready: nothing was handed out, join afresh
+            since = self._join_position
         for p in list(self._by_partition):
             self._retire_socket(p)
-        if self._pending_gap is None:
+        if self._pending_gap is None and (old.ready or since is not None):
             self._pending_gap = (reason, partition, since)
         self.stats["rejoins"] += 1
         log.warning("topic %r: re-joining after %s on partition %s (last complete epoch %r)",

@@ -20,10 +20,12 @@ from ..errors import EpochstreamError, ProtocolError, PublisherLost, SubscriberL
 from ..events import DataMessage, Epoch, Gap, InitialFrontierSnapshot, LowerFrontierUpdate
 from ..frontier import Antichain, apply_changes
 from ..order import TOTAL, by_name, dual
+from ..position import resolve_position
 from ..protocol import EpochAssembler, SubscriberProtocol
 from .liveness import Liveness
 from .membership import partition_endpoints, resolve_catalog
 from .recovery import Recovery
+from .resume import HistoryBatch, Rejoined, Resume
 from .sockets import connect_dealer, receive_from
 
 __all__ = ["Subscriber"]
@@ -38,12 +40,13 @@ _CREDITED = frozenset((wire.DATA, wire.FRONTIER))
 _DRAIN = 128
 
 
-class Subscriber(Recovery):
+class Subscriber(Recovery, Resume):
     """Subscribes to every partition of a topic and yields complete epochs (Strymon
     "Subscriber Logic" merged across partitions).
 
     ``Subscriber(topic, catalog=None, *, endpoints=None, order=None, codec=None, wait=10.0,
-    timeout=10.0, rcvhwm=1000, recover=False, credit=None, ping_interval=1.0)``
+    timeout=10.0, rcvhwm=1000, recover=False, credit=None, ping_interval=1.0, start="latest",
+    durable=None, takeover=False)``
 
     - with ``endpoints`` (a list, one per partition) the catalog is not used and ``order``
       (default TOTAL) and ``codec`` (default ``"msgpack"``) must describe the topic;
@@ -63,6 +66,23 @@ class Subscriber(Recovery):
       consumer then slows the publisher down instead of being evicted.
     - ``ping_interval``: seconds between pings to each publisher (a restarted publisher answers
       a ping with a ``rejoin`` notice, so restarts are noticed within about this time).
+    - ``start``: where to begin (docs/history.md). ``"latest"`` (default) is Strymon's join:
+      every epoch no partition had begun when the subscriber joined. ``"earliest"``: everything
+      the topic's epoch logs retain. A time (an ``int``, or a ``tuple`` for product orders) or a
+      list of times (a frontier ``A``): exactly the complete epochs ``t`` with ``A <= t``
+      (inclusive), each whole, history and the live stream joined without a gap or a
+      duplicate. Raises :class:`~epochstream.errors.HistoryUnavailable` (from the iterators,
+      once every snapshot is in) when a partition with data at or beyond the position keeps no
+      log or retains less.
+    - ``durable``: a name; the catalog holds this subscription's position (created at
+      ``start`` on first use). :meth:`ack` acknowledges an epoch; :attr:`position` is the acked
+      frontier; the next ``Subscriber(..., durable=name)`` resumes there: acked epochs are never
+      redelivered, unacked ones are redelivered whole. A second live holder of the name raises
+      :class:`~epochstream.errors.SubscriptionHeld` unless ``takeover=True`` (the previous
+      holder's acks are refused from then on); a subscription that fell behind retention raises
+      :class:`~epochstream.errors.SubscriptionExpired`. With ``recover=True`` and history, a
+      re-join is filled from the logs instead of yielding a :class:`~epochstream.events.Gap`
+      (a durable subscriber never yields one: it raises instead).
 
     Iterate :meth:`epochs` for complete :class:`~epochstream.events.Epoch` objects, or
     :meth:`events` for delivered data (decoded) and merged frontier changes as they arrive.
@@ -76,7 +96,8 @@ class Subscriber(Recovery):
 
     def __init__(self, topic: str, catalog=None, *, endpoints=None, order=None, codec: str | None = None,
                  wait: float = 10.0, timeout: float = 10.0, rcvhwm: int = 1000, recover: bool = False,
-                 credit: int | None = None, ping_interval: float = 1.0,
+                 credit: int | None = None, ping_interval: float = 1.0, start: Any = "latest",
+                 durable: str | None = None, takeover: bool = False,
                  context: zmq.Context | None = None):
         if credit is not None and (not isinstance(credit, int) or credit < 2):
             raise ValueError(f"credit must be an int >= 2 (messages), got {credit!r}")
@@ -116,7 +137,11 @@ class Subscriber(Recovery):
         self._liveness = Liveness(self.timeout, self.ping_interval)
         self._assembler = EpochAssembler(self.order, self.codec.combine)  # state of epochs()
         self._pending_gap: tuple | None = None  # (reason, partition, since) while re-joining
-        self._join(floor=None, info=info)
+        self._announced: tuple = ()  # the merged lower frontier handed out before a re-join
+        self._join_position = None
+        self._join_position = self._init_resume(resolve_position(self.order, start), durable,
+                                                takeover)
+        self._join(floor=self._join_position, info=info)
 
     # -- joining ---------------------------------------------------------------------------
     def _join(self, floor, info: TopicInfo | None = None) -> None:
@@ -184,10 +209,25 @@ class Subscriber(Recovery):
     # -- messages --------------------------------------------------------------------------
     def _snapshot(self, partition: int, snap: InitialFrontierSnapshot) -> list:
         self._part_lower[partition] = dict.fromkeys(snap.lower, True)
+        was_ready = self._protocol.ready
         out = self._protocol.receive(partition, snap)
+        if self._protocol.ready and not was_ready and self._pending_gap is None:
+            out = self._ready_history(out)
         if self._pending_gap is not None and self._protocol.ready:
             reason, culprit, since = self._pending_gap
             self._pending_gap = None
+            if self._catalog is not None and self._catalog.history_states(self.topic) and \
+                    self._plan_history(since):
+                self._join_position = since
+                self.stats["rejoins_filled"] += 1
+                withdraw = (LowerFrontierUpdate(tuple((t, -1) for t in self._announced))
+                            if self._announced else None)
+                out = [Rejoined(withdraw), *out]
+                if not snap.lower:
+                    self._retire_socket(partition)
+                return out
+            if self.durable is not None:
+                raise self._history_unavailable(since)
             uppers = Antichain(dual(self.order))
             for s in self._protocol.snapshots.values():
                 uppers.extend(s.upper)
@@ -200,7 +240,10 @@ class Subscriber(Recovery):
         return out
 
     def _queue(self, outputs: list) -> None:
-        """Append protocol outputs, in order, to the events not yet handed out."""
+        """Append protocol outputs, in order, to the events not yet handed out (with a history
+        fill running: the epochs it completes, ahead of each frontier change)."""
+        if self._fill is not None:
+            outputs = self._with_history(outputs)
         for m in outputs:
             if type(m) is DataMessage:
                 self.stats["delivered"] += 1
@@ -395,7 +438,18 @@ class Subscriber(Recovery):
         Unpacking an event as ``(message, nbytes)`` still works until 0.3 (deprecated)."""
         last = _time.monotonic()
         for item in self._outputs():
-            if item is not None:
+            kind = type(item)
+            if kind is HistoryBatch:
+                last = _time.monotonic()
+                reader = self._history_reader()
+                decode = self.codec.decode
+                for t, recs in item.epochs:
+                    for _, payload in reader.payloads(recs):
+                        yield DataMessage(t, decode(payload), len(payload))
+            elif kind is Rejoined:
+                if item.withdraw is not None:
+                    yield item.withdraw
+            elif item is not None:
                 last = _time.monotonic()
                 yield item
             elif timeout is not None and _time.monotonic() - last > timeout:
@@ -415,11 +469,32 @@ class Subscriber(Recovery):
                 self._assembler.data(item, nbytes=item.nbytes, now=_time.time())
             elif kind is LowerFrontierUpdate:
                 done = self._assembler.frontier_changed(item, now=_time.time())
+                acks = self._acks
+                if acks is not None:  # every released epoch counts as handed out at once
+                    for epoch in done:
+                        acks.handed_out(epoch.time)
+                    acks.frontier(self._assembler.frontier)
                 for epoch in done:
+                    if acks is not None and acks.skips(epoch.time):
+                        acks.ack(epoch.time)  # acked in an earlier session
+                        continue
                     self._last_epoch = epoch.time
                     yield epoch
                 if done:
                     last = _time.monotonic()
+            elif kind is HistoryBatch:
+                acks = self._acks
+                for epoch in self._history_epochs(item, _time.time()):
+                    if acks is not None:
+                        acks.handed_out(epoch.time)
+                        if acks.skips(epoch.time):
+                            acks.ack(epoch.time)
+                            continue
+                    self._last_epoch = epoch.time
+                    yield epoch
+                last = _time.monotonic()
+            elif kind is Rejoined:  # the old join's incomplete epochs come from history
+                self._assembler = EpochAssembler(self.order, self.codec.combine)
             elif kind is Gap:  # epochs of the old join still pending can never complete
                 self._assembler = EpochAssembler(self.order, self.codec.combine)
                 yield dataclasses.replace(item, last_epoch=self._last_epoch)
@@ -433,6 +508,7 @@ class Subscriber(Recovery):
         self._closed = True
         for partition in list(self._by_partition):
             self._retire_socket(partition)
+        self._release_hold()
 
     def __enter__(self) -> "Subscriber":
         return self

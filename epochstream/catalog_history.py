@@ -1,0 +1,478 @@
+"""The catalog's part of durable history: the index of every partition's epoch log and the
+durable subscriptions (their tables, records, and every read and write of them).
+
+:class:`HistoryCatalog` is a mixin of :class:`~epochstream.catalog.Catalog` (it uses the
+catalog's connections and write lock); the log files themselves are :mod:`epochstream.epochlog`.
+
+Tables (created by schema version 2, :mod:`epochstream.catalog_schema`); times and frontiers are
+JSON like ``partitions.upper`` (:func:`~epochstream.catalog_records.encode_upper`)::
+
+    history_partitions  -- one row per partition that keeps a log
+        topic, idx      -- the partition
+        dir             -- absolute directory of its segment files
+        since           -- JSON frontier: every complete epoch t with since <= t is retained
+        lower, upper    -- JSON frontiers as of the last commit (a restart resumes there)
+        segment         -- number of the segment being written
+        committed       -- bytes of that segment covered by the index (beyond: an unfinished
+                        -- tail, truncated on recovery)
+        updated_at      -- time.time() of the last commit, seconds
+    history_segments    -- one row per segment file
+        topic, idx, seq, since (the lower frontier when it was started), nbytes (committed),
+        epochs (indexed in it), created_at, last_completed (time.time() of its newest epoch)
+    history_epochs      -- one row per complete epoch with data in a partition
+        topic, idx, time (JSON), t0 (the time, or its first component: a coarse range key),
+        seq (segment), extents (JSON [[offset, length], ...] of its D records in the segment),
+        nbytes (payload bytes), messages (D records), crc (CRC-32 chained over its records'
+        CRC-32s, in order), completed_at (time.time())
+    durables            -- durable subscriptions
+        topic, name, position (JSON frontier: every epoch not at or beyond it was acked; NULL
+        until the first join resolves ``start``), acked (JSON times at or beyond the position
+        acked out of order), state ('active' | 'expired'), holder (the
+        holding Subscriber's id, NULL when free), holder_pid, holder_pid_start, holder_host,
+        created_at, acked_at, reason (why it expired)
+
+Every write runs in one ``BEGIN IMMEDIATE`` transaction, like the rest of the catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from .catalog_liveness import HOST, pid_alive, process_start
+from .catalog_records import decode_upper, encode_upper
+from .errors import CatalogError, SubscriptionExpired, SubscriptionHeld, TopicNotFound
+from .frontier import Antichain
+from .order import by_name
+from .retention import SegmentStat
+
+__all__ = ["HISTORY_DDL", "HistoryCatalog", "EpochRecord", "HistoryState", "DurableInfo",
+           "encode_time", "decode_time", "position_available"]
+
+HISTORY_DDL = (
+    """CREATE TABLE IF NOT EXISTS history_partitions (
+        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+        idx INTEGER NOT NULL CHECK (idx >= 0),
+        dir TEXT NOT NULL,
+        since TEXT NOT NULL,
+        lower TEXT NOT NULL,
+        upper TEXT NOT NULL,
+        segment INTEGER NOT NULL,
+        committed INTEGER NOT NULL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (topic, idx))""",
+    """CREATE TABLE IF NOT EXISTS history_segments (
+        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        since TEXT NOT NULL,
+        nbytes INTEGER NOT NULL DEFAULT 0,
+        epochs INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        last_completed REAL,
+        PRIMARY KEY (topic, idx, seq))""",
+    """CREATE TABLE IF NOT EXISTS history_epochs (
+        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        time TEXT NOT NULL,
+        t0 INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        extents TEXT NOT NULL,
+        nbytes INTEGER NOT NULL,
+        messages INTEGER NOT NULL,
+        crc INTEGER NOT NULL,
+        completed_at REAL NOT NULL,
+        PRIMARY KEY (topic, idx, time))""",
+    "CREATE INDEX IF NOT EXISTS history_epochs_t0 ON history_epochs (topic, idx, t0)",
+    """CREATE TABLE IF NOT EXISTS durables (
+        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        position TEXT,
+        acked TEXT NOT NULL DEFAULT '[]',
+        state TEXT NOT NULL CHECK (state IN ('active', 'expired')),
+        holder TEXT,
+        holder_pid INTEGER,
+        holder_pid_start REAL,
+        holder_host TEXT,
+        created_at REAL NOT NULL,
+        acked_at REAL,
+        reason TEXT,
+        PRIMARY KEY (topic, name))""",
+)
+
+
+def encode_time(t: Any) -> str:
+    """A time (an int, or a tuple of ints) as the stored JSON text."""
+    return json.dumps(list(t) if isinstance(t, tuple) else t)
+
+
+def decode_time(text: str) -> Any:
+    """The stored JSON text of a time as an int or a tuple of ints."""
+    v = json.loads(text)
+    return tuple(v) if isinstance(v, list) else v
+
+
+def _t0(t: Any) -> int:
+    return t[0] if isinstance(t, tuple) else t
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """The index entry of one complete epoch in one partition's log: ``segment`` (its file's
+    number), ``extents`` (``((offset, length), ...)`` bytes of its ``D`` records in that file),
+    ``nbytes`` (payload bytes), ``messages`` (``D`` records), ``crc`` (CRC-32 chained over the
+    records' own CRC-32s, in order) and ``completed_at`` (``time.time()``, seconds)."""
+
+    partition: int
+    time: Any
+    segment: int
+    extents: tuple
+    nbytes: int
+    messages: int
+    crc: int
+    completed_at: float
+
+
+@dataclass(frozen=True)
+class HistoryState:
+    """One partition's log as the index knows it: ``dir`` (its directory), ``since`` (every
+    complete epoch ``t`` with ``since <= t`` is retained; a tuple of times), ``lower``/``upper``
+    (frontiers as of the last commit), ``segment``/``committed`` (the segment being written
+    and the bytes of it the index covers), ``segments`` (:class:`~epochstream.retention.SegmentStat`
+    per retained segment, oldest first), ``updated_at`` (``time.time()`` of the last commit)."""
+
+    partition: int
+    dir: str
+    since: tuple
+    lower: tuple
+    upper: tuple
+    segment: int
+    committed: int
+    segments: tuple
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class DurableInfo:
+    """A durable subscription: ``position`` (its acked frontier, a tuple of times, or ``None``
+    before its first join), ``acked`` (epochs at or beyond the position acked out of order: a
+    resume skips them), ``state`` (``"active"`` or ``"expired"``), ``holder`` (the holding
+    subscriber's id or ``None``), ``holder_alive`` (whether that holder's process runs now),
+    ``holder_pid``/``holder_host``, ``created_at``/``acked_at`` (``time.time()``, seconds) and
+    ``reason`` (why it expired)."""
+
+    topic: str
+    name: str
+    position: tuple | None
+    acked: tuple
+    state: str
+    holder: str | None
+    holder_alive: bool
+    holder_pid: int | None
+    holder_host: str | None
+    created_at: float
+    acked_at: float | None
+    reason: str | None
+
+
+def position_available(order, position: Iterable[Any], since: Iterable[Any]) -> bool:
+    """True iff every epoch at or beyond ``position`` is at or beyond ``since`` (so a log that
+    retains everything at or beyond ``since`` holds every epoch a resume at ``position`` asks
+    for): each element of ``position`` is at or beyond ``since``."""
+    s = Antichain(order, since)
+    return all(s.less_equal(a) for a in position)
+
+
+_DURABLE_COLUMNS = ("topic, name, position, acked, state, holder, holder_pid, holder_pid_start, "
+                    "holder_host, created_at, acked_at, reason")
+
+
+def _durable(row) -> DurableInfo:
+    (topic, name, position, acked, state, holder, pid, pid_start, host, created, acked_at,
+     reason) = row
+    alive = holder is not None and pid is not None and pid_alive(pid, pid_start, host)
+    return DurableInfo(topic, name, None if position is None else decode_upper(position),
+                       decode_upper(acked), state, holder, alive, pid, host, created, acked_at,
+                       reason)
+
+
+class HistoryCatalog:
+    """Index of the epoch logs and durable subscriptions (mixin of
+    :class:`~epochstream.catalog.Catalog`; see the module docstring for the tables). Raises
+    :class:`~epochstream.errors.CatalogError` when the file cannot be read or written."""
+
+    # ---- the log index
+
+    def _history_state(self, conn, topic: str, partition: int) -> HistoryState | None:
+        row = conn.execute(
+            "SELECT dir, since, lower, upper, segment, committed, updated_at "
+            "FROM history_partitions WHERE topic = ? AND idx = ?", (topic, partition)).fetchone()
+        if row is None:
+            return None
+        segs = conn.execute(
+            "SELECT seq, nbytes, epochs, last_completed FROM history_segments "
+            "WHERE topic = ? AND idx = ? ORDER BY seq", (topic, partition)).fetchall()
+        return HistoryState(partition, row[0], decode_upper(row[1]), decode_upper(row[2]),
+                            decode_upper(row[3]), row[4], row[5],
+                            tuple(SegmentStat(*s) for s in segs), row[6])
+
+    def history_state(self, topic: str, partition: int) -> HistoryState | None:
+        """The :class:`HistoryState` of ``partition`` of ``topic``, or ``None`` if it keeps no
+        log."""
+        with self._connect() as conn:
+            return self._history_state(conn, topic, partition)
+
+    def history_states(self, topic: str) -> dict[int, HistoryState]:
+        """``{partition: HistoryState}`` for every partition of ``topic`` that keeps a log."""
+        with self._connect() as conn:
+            conn.execute("BEGIN")
+            try:
+                idx = [r[0] for r in conn.execute(
+                    "SELECT idx FROM history_partitions WHERE topic = ? ORDER BY idx", (topic,))]
+                return {i: self._history_state(conn, topic, i) for i in idx}
+            finally:
+                conn.execute("COMMIT")
+
+    def history_begin(self, topic: str, partition: int, directory: str, lower: Any,
+                      upper: Any) -> HistoryState:
+        """Start the log of ``partition`` of ``topic`` in ``directory`` if it has none (since =
+        ``lower``, segment 0) and return its :class:`HistoryState`. An existing log is returned
+        unchanged; raises :class:`CatalogError` if it lives in another directory."""
+        directory = os.path.abspath(directory)
+        with self._write() as conn:
+            state = self._history_state(conn, topic, partition)
+            if state is None:
+                now = time.time()
+                low = encode_upper(lower)
+                conn.execute(
+                    "INSERT INTO history_partitions (topic, idx, dir, since, lower, upper, "
+                    "segment, committed, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?)",
+                    (topic, partition, directory, low, low, encode_upper(upper), now))
+                conn.execute("INSERT INTO history_segments (topic, idx, seq, since, created_at) "
+                             "VALUES (?, ?, 0, ?, ?)", (topic, partition, low, now))
+                state = self._history_state(conn, topic, partition)
+            elif os.path.abspath(state.dir) != directory:
+                raise CatalogError(
+                    f"partition {partition} of topic {topic!r} keeps its log in {state.dir}, "
+                    f"not {directory}; use the same Retention(dir=...) (or drop the topic)")
+            return state
+
+    def history_restart(self, topic: str, partition: int, lower: Any, upper: Any) -> HistoryState:
+        """Start a new stream in the log of ``partition`` after a finished one (its lower
+        frontier was empty): forget every segment and epoch of the finished stream (the caller
+        deletes the files), begin the next segment number with ``since = lower``, and set the
+        position of every durable subscription of ``topic`` to ``lower`` (it reads the new
+        stream from its start). Returns the new :class:`HistoryState`."""
+        low = encode_upper(lower)
+        with self._write() as conn:
+            state = self._history_state(conn, topic, partition)
+            if state is None:
+                raise CatalogError(f"{topic!r} partition {partition} keeps no log")
+            seq = state.segment + 1
+            now = time.time()
+            conn.execute("DELETE FROM history_epochs WHERE topic = ? AND idx = ?", (topic, partition))
+            conn.execute("DELETE FROM history_segments WHERE topic = ? AND idx = ?",
+                         (topic, partition))
+            conn.execute("INSERT INTO history_segments (topic, idx, seq, since, created_at) "
+                         "VALUES (?, ?, ?, ?, ?)", (topic, partition, seq, low, now))
+            conn.execute(
+                "UPDATE history_partitions SET since = ?, lower = ?, upper = ?, segment = ?, "
+                "committed = 0, updated_at = ? WHERE topic = ? AND idx = ?",
+                (low, low, encode_upper(upper), seq, now, topic, partition))
+            conn.execute("UPDATE durables SET position = ?, acked = '[]' WHERE topic = ? AND "
+                         "state = 'active'", (low, topic))
+            return self._history_state(conn, topic, partition)
+
+    def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
+                       lower: Any, upper: Any, segment: int, committed: int,
+                       roll_to: int | None = None, durable: bool = True) -> None:
+        """Index ``epochs`` (complete, written to ``segment``) and record the log's ``lower``
+        and ``upper`` frontiers and ``committed`` bytes of ``segment``, in one transaction.
+        ``roll_to``: the next segment's number, started now with ``since = lower``.
+        ``durable=False`` commits without an fsync of the catalog (``Retention.fsync="none"``)."""
+        now = time.time()
+        rows = [(topic, partition, encode_time(e.time), _t0(e.time), e.segment,
+                 json.dumps(e.extents), e.nbytes, e.messages, e.crc, e.completed_at)
+                for e in epochs]
+        low = encode_upper(lower)
+        with self._write(synchronous="FULL" if durable else "NORMAL") as conn:
+            if rows:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO history_epochs (topic, idx, time, t0, seq, extents, "
+                    "nbytes, messages, crc, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows)
+            conn.execute(
+                "UPDATE history_segments SET nbytes = ?, epochs = epochs + ?, last_completed = "
+                "CASE WHEN ? > 0 THEN ? ELSE last_completed END "
+                "WHERE topic = ? AND idx = ? AND seq = ?",
+                (committed, len(rows), len(rows), now, topic, partition, segment))
+            if roll_to is not None:
+                conn.execute("INSERT OR REPLACE INTO history_segments (topic, idx, seq, since, "
+                             "created_at) VALUES (?, ?, ?, ?, ?)",
+                             (topic, partition, roll_to, low, now))
+            conn.execute(
+                "UPDATE history_partitions SET lower = ?, upper = ?, segment = ?, committed = ?, "
+                "updated_at = ? WHERE topic = ? AND idx = ?",
+                (low, encode_upper(upper), segment if roll_to is None else roll_to,
+                 committed if roll_to is None else 0, now, topic, partition))
+
+    def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
+        """Forget the segments of ``partition`` numbered below ``keep_from`` (their epochs'
+        index rows too) and move the log's ``since`` to the ``since`` of segment ``keep_from``;
+        durable subscriptions of ``topic`` whose position is no longer retained are marked
+        expired in the same transaction. Returns ``(since, names of the newly expired)``. The
+        caller deletes the files afterwards."""
+        with self._write() as conn:
+            row = conn.execute("SELECT since FROM history_segments WHERE topic = ? AND idx = ? "
+                               "AND seq = ?", (topic, partition, keep_from)).fetchone()
+            if row is None:
+                raise CatalogError(f"{topic!r} partition {partition}: no segment {keep_from}")
+            conn.execute("DELETE FROM history_epochs WHERE topic = ? AND idx = ? AND seq < ?",
+                         (topic, partition, keep_from))
+            conn.execute("DELETE FROM history_segments WHERE topic = ? AND idx = ? AND seq < ?",
+                         (topic, partition, keep_from))
+            conn.execute("UPDATE history_partitions SET since = ? WHERE topic = ? AND idx = ?",
+                         (row[0], topic, partition))
+            since = decode_upper(row[0])
+            order = by_name(conn.execute("SELECT order_name FROM topics WHERE name = ?",
+                                         (topic,)).fetchone()[0])
+            expired = []
+            for name, position in conn.execute(
+                    "SELECT name, position FROM durables WHERE topic = ? AND state = 'active' "
+                    "AND position IS NOT NULL", (topic,)).fetchall():
+                if not position_available(order, decode_upper(position), since):
+                    expired.append(name)
+                    conn.execute(
+                        "UPDATE durables SET state = 'expired', reason = ? WHERE topic = ? "
+                        "AND name = ?", (f"retention of partition {partition} deleted epochs "
+                                         f"at or beyond its position (retained since "
+                                         f"{list(since)})", topic, name))
+            return since, expired
+
+    def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
+                       segment_from: int | None = None) -> list[EpochRecord]:
+        """The index entries of ``partition`` of ``topic`` (every complete retained epoch with
+        data), sorted by time's first component; ``min_t0`` keeps only times whose first
+        component (the time itself for a total order) is ``>= min_t0``."""
+        sql = ("SELECT time, seq, extents, nbytes, messages, crc, completed_at FROM "
+               "history_epochs WHERE topic = ? AND idx = ?")
+        args: list = [topic, partition]
+        if min_t0 is not None:
+            sql += " AND t0 >= ?"
+            args.append(min_t0)
+        if segment_from is not None:
+            sql += " AND seq >= ?"
+            args.append(segment_from)
+        with self._connect() as conn:
+            rows = conn.execute(sql + " ORDER BY t0, time", args).fetchall()
+        return [EpochRecord(partition, decode_time(r[0]), r[1],
+                            tuple(tuple(x) for x in json.loads(r[2])), r[3], r[4], r[5], r[6])
+                for r in rows]
+
+    # ---- durable subscriptions
+
+    def durables(self, topic: str | None = None) -> list[DurableInfo]:
+        """Every durable subscription (of ``topic``, if given), sorted by topic and name."""
+        with self._connect() as conn:
+            if topic is None:
+                rows = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables "
+                                    f"ORDER BY topic, name").fetchall()
+            else:
+                rows = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? "
+                                    f"ORDER BY name", (topic,)).fetchall()
+        return [_durable(r) for r in rows]
+
+    def durable(self, topic: str, name: str) -> DurableInfo | None:
+        """The durable subscription ``name`` of ``topic``, or ``None``."""
+        with self._connect() as conn:
+            row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
+                               f"name = ?", (topic, name)).fetchone()
+        return None if row is None else _durable(row)
+
+    def durable_claim(self, topic: str, name: str, holder: str, *,
+                      takeover: bool = False) -> DurableInfo:
+        """Hold the durable subscription ``name`` of ``topic`` for ``holder`` (a subscriber id),
+        creating it (position ``None``) on first use. Raises :class:`TopicNotFound`,
+        :class:`SubscriptionExpired` (it expired: reset it first), or :class:`SubscriptionHeld`
+        if another live holder has it and ``takeover`` is false (a holder whose process is gone
+        is replaced)."""
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise CatalogError(f"a durable subscription name must be a non-empty str of at "
+                               f"most 200 characters, got {name!r}")
+        pid = os.getpid()
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM topics WHERE name = ?", (topic,)).fetchone() is None:
+                raise TopicNotFound(topic, self._existing(conn))
+            row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
+                               f"name = ?", (topic, name)).fetchone()
+            now = time.time()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO durables (topic, name, position, state, holder, holder_pid, "
+                    "holder_pid_start, holder_host, created_at) VALUES (?, ?, NULL, 'active', ?, "
+                    "?, ?, ?, ?)", (topic, name, holder, pid, process_start(pid), HOST, now))
+            else:
+                info = _durable(row)
+                if info.state == "expired":
+                    raise SubscriptionExpired(
+                        f"durable subscription {name!r} of topic {topic!r} expired: "
+                        f"{info.reason}; reset it (epochstream durable reset {topic} {name}) to "
+                        f"go on from what is retained", name=name, acked=info.position or (),
+                        retained=())
+                if (info.holder not in (None, holder) and info.holder_alive and not takeover):
+                    raise SubscriptionHeld(
+                        f"durable subscription {name!r} of topic {topic!r} is held by a live "
+                        f"subscriber (pid {info.holder_pid} on {info.holder_host}); pass "
+                        f"takeover=True to take it over")
+                conn.execute(
+                    "UPDATE durables SET holder = ?, holder_pid = ?, holder_pid_start = ?, "
+                    "holder_host = ? WHERE topic = ? AND name = ?",
+                    (holder, pid, process_start(pid), HOST, topic, name))
+            row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
+                               f"name = ?", (topic, name)).fetchone()
+            return _durable(row)
+
+    def durable_ack(self, topic: str, name: str, holder: str, position: Any,
+                    acked: Any = ()) -> bool:
+        """Store ``position`` (a frontier) and ``acked`` (times at or beyond it acked out of
+        order) as the acked state of ``name`` if ``holder`` still holds it and it is active;
+        returns whether it did (``False``: taken over, expired, reset or dropped — the fencing
+        check)."""
+        text = encode_upper(position)
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE durables SET position = ?, acked = ?, acked_at = ? WHERE topic = ? AND "
+                "name = ? AND holder = ? AND state = 'active'",
+                (text, encode_upper(acked), time.time(), topic, name, holder))
+            return cur.rowcount > 0
+
+    def durable_release(self, topic: str, name: str, holder: str) -> None:
+        """Let go of ``name`` if ``holder`` holds it (a closing subscriber)."""
+        with self._write() as conn:
+            conn.execute("UPDATE durables SET holder = NULL, holder_pid = NULL WHERE topic = ? "
+                         "AND name = ? AND holder = ?", (topic, name, holder))
+
+    def durable_reset(self, topic: str, name: str, position: Any | None) -> DurableInfo:
+        """Re-arm ``name`` at ``position`` (a frontier, or ``None``: resolved by the next
+        subscriber's ``start``), active and free (like Materialize's ``RESET``). Raises
+        :class:`CatalogError` if there is no such durable subscription."""
+        text = None if position is None else encode_upper(position)
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE durables SET position = ?, acked = '[]', state = 'active', reason = NULL, "
+                "holder = NULL, holder_pid = NULL, acked_at = NULL WHERE topic = ? AND name = ?",
+                (text, topic, name))
+            if cur.rowcount == 0:
+                raise CatalogError(f"topic {topic!r} has no durable subscription {name!r}")
+            row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
+                               f"name = ?", (topic, name)).fetchone()
+            return _durable(row)
+
+    def durable_drop(self, topic: str, name: str) -> bool:
+        """Delete ``name``; returns whether it existed."""
+        with self._write() as conn:
+            cur = conn.execute("DELETE FROM durables WHERE topic = ? AND name = ?", (topic, name))
+            return cur.rowcount > 0

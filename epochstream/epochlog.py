@@ -1,0 +1,335 @@
+"""The epoch log of one partition: append-only segment files of the wire frames as sent, indexed
+in the catalog (timely-dataflow's capture/replay idea: ``capture/event.rs`` writes a stream's
+``Messages`` and ``Progress`` events to any ``Write``; our ``D`` and ``F`` frames are those
+events).
+
+Segment file ``<dir>/<seq:010d>.eslog``: a sequence of records ::
+
+    u32 length   -- bytes of the body (little-endian)
+    u32 crc32    -- zlib.crc32 of kind + body
+    u8  kind     -- b"D" (data) or b"F" (frontier update)
+    body         -- D: u16 header length, the D time header (frame 1, msgpack), the payload
+                 --    (frame 2, in the topic's codec, stored as received: no re-encoding)
+                 -- F: the F header (frame 1, msgpack [[time, delta], ...])
+
+Writing (:class:`LogWriter`, driven by the publisher's calling thread): each data call appends a
+``D`` record, and the writer remembers, per open epoch, where its records are. When a frontier
+advance completes epochs (no element of the new lower frontier is ``<=`` them), it appends the
+``F`` record, ``fsync``\\ s (policy ``Retention.fsync``), then indexes the completed epochs and the
+new frontiers in one catalog transaction — all *before* the publisher sends the ``F``, so an epoch
+a subscriber sees complete is always in the log. A segment is closed at the first epoch boundary
+after it reached ``segment_bytes`` at which no open epoch has records in it, so every epoch lives
+in exactly one segment and deleting a segment removes whole epochs. Retention
+(:func:`~epochstream.retention.segments_to_delete`) then deletes the oldest whole segments.
+
+A new publisher on a partition whose logged stream *finished* (closed: empty lower frontier)
+starts a new stream: the finished one's segments are deleted (logged at WARNING), since the
+same epochs cannot complete twice.
+
+Recovery (:meth:`LogWriter.open`): the tail of the current segment beyond the index's
+``committed`` offset (records of epochs that never completed, or a record cut by a crash) is
+truncated, and later segment files are removed, with a log line saying how many bytes.
+
+Reading (:func:`read_epoch`): an epoch's records are read from its extents, each record's CRC
+and the epoch's chained CRC checked; any mismatch, a short read or a missing file raises
+:class:`~epochstream.errors.HistoryCorrupt` — corrupt bytes are never returned as data.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time as _time
+import zlib
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from .catalog_history import EpochRecord, HistoryState
+from .errors import CatalogError, HistoryCorrupt, HistoryWriteError
+from .frontier import Antichain
+from .retention import Retention, SegmentStat, segments_to_delete
+
+__all__ = ["LogWriter", "read_epoch", "segment_path", "partition_dir", "RECORD_HEADER"]
+
+log = logging.getLogger("epochstream.history")
+
+RECORD_HEADER = struct.Struct("<IIc")
+"""length (u32), crc32 (u32), kind (1 byte) of a record."""
+_HLEN = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_D, _F = b"D", b"F"
+
+
+def partition_dir(base: str | os.PathLike, topic: str, partition: int) -> Path:
+    """``<base>/<topic, percent-encoded>/<partition>``: where a partition's segments live."""
+    return Path(base) / quote(topic, safe="") / str(int(partition))
+
+
+def segment_path(directory: str | os.PathLike, seq: int) -> Path:
+    """The file of segment ``seq`` in ``directory``."""
+    return Path(directory) / f"{seq:010d}.eslog"
+
+
+class _Open:
+    """Where an open epoch's records are: extents in the current segment, bytes, crc."""
+
+    __slots__ = ("extents", "nbytes", "messages", "crc")
+
+    def __init__(self) -> None:
+        self.extents: list[list[int]] = []
+        self.nbytes = 0
+        self.messages = 0
+        self.crc = 0
+
+
+class LogWriter:
+    """Writes one partition's epoch log and indexes it in ``catalog``.
+
+    ``LogWriter(catalog, topic, partition, order, retention, directory)`` — call :meth:`open`
+    first (recovery), then :meth:`data` for every data message and :meth:`frontier` for every
+    lower frontier change, in the order the publisher sends them. Not thread-safe (the
+    publisher calls it under its lock). Every failure to write, sync or index raises
+    :class:`~epochstream.errors.HistoryWriteError` and leaves the writer failed (every later
+    call raises too): the publisher must not complete epochs it could not log.
+    """
+
+    def __init__(self, catalog, topic: str, partition: int, order, retention: Retention,
+                 directory: str | os.PathLike):
+        self.catalog, self.topic, self.partition, self.order = catalog, topic, partition, order
+        self.retention = retention
+        self.dir = Path(directory).absolute()
+        self._open: dict[Any, _Open] = {}
+        self._file: Any = None
+        self._failed: BaseException | None = None
+        self.state: HistoryState | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def open(self, lower: tuple, upper: tuple) -> HistoryState:
+        """Create the log (``since = lower``) or recover an existing one: truncate the current
+        segment's tail beyond the committed offset, remove segment files past it. Returns the
+        :class:`HistoryState` (its ``lower``/``upper``: where a restarted publisher resumes)."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            state = self.catalog.history_begin(self.topic, self.partition, str(self.dir),
+                                               lower, upper)
+            if not state.lower:  # the logged stream finished: a new stream replaces it
+                old = [segment_path(self.dir, s.seq) for s in state.segments]
+                epochs = sum(s.epochs for s in state.segments)
+                state = self.catalog.history_restart(self.topic, self.partition, lower, upper)
+                for p in old:
+                    p.unlink(missing_ok=True)
+                log.warning("epoch log %s/%s: the logged stream had finished (%d epochs, upper "
+                            "frontier %s); a new stream starts at %s and replaces it (durable "
+                            "subscriptions of the topic now start from it)", self.topic,
+                            self.partition, epochs, list(state.upper), list(lower))
+            path = segment_path(self.dir, state.segment)
+            size = path.stat().st_size if path.exists() else 0
+            if size > state.committed:
+                log.warning("epoch log %s/%s: truncating %d bytes of %s beyond the last indexed "
+                            "frontier %s (epochs that never completed, or a record cut by a "
+                            "crash)", self.topic, self.partition, size - state.committed, path,
+                            list(state.lower))
+            elif size < state.committed:
+                raise HistoryCorrupt(f"segment {path} has {size} bytes but the index covers "
+                                     f"{state.committed}: the log was damaged", path=str(path))
+            self._file = open(path, "ab")
+            self._file.truncate(state.committed)
+            self._file.seek(state.committed)
+            for p in self.dir.glob("*.eslog"):
+                try:
+                    seq = int(p.stem)
+                except ValueError:
+                    continue
+                if seq > state.segment:
+                    log.warning("epoch log %s/%s: removing %s (beyond the indexed segment %d)",
+                                self.topic, self.partition, p, state.segment)
+                    p.unlink()
+        except (OSError, CatalogError) as e:
+            raise HistoryWriteError(f"cannot open the epoch log of {self.topic!r} partition "
+                                    f"{self.partition} in {self.dir}: {e}") from e
+        self.state = state
+        self._segment, self._offset = state.segment, state.committed
+        self._segments = list(state.segments)
+        self._lower = Antichain(self.order, state.lower)
+        return state
+
+    def close(self) -> None:
+        """Close the segment file (uncommitted records stay, to be truncated on recovery)."""
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
+
+    # -- writing ---------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise HistoryWriteError(f"the epoch log of {self.topic!r} partition {self.partition} "
+                                    f"failed earlier ({self._failed}); nothing more is logged")
+
+    def _fail(self, what: str, e: BaseException) -> HistoryWriteError:
+        self._failed = e
+        return HistoryWriteError(f"epoch log of {self.topic!r} partition {self.partition} "
+                                 f"({self.dir}): could not {what}: {e}")
+
+    def _append(self, kind: bytes, parts: list) -> tuple[int, int]:
+        """Append one record; return its total length and its CRC-32."""
+        body_len = sum(len(p) for p in parts)
+        crc = zlib.crc32(kind)
+        for p in parts:
+            crc = zlib.crc32(p, crc)
+        head = RECORD_HEADER.pack(body_len, crc, kind)
+        f = self._file
+        f.write(head)
+        for p in parts:
+            f.write(p)
+        return len(head) + body_len, crc
+
+    def data(self, time, header: bytes, payload) -> None:
+        """Log a data message at ``time`` (normalised) with its wire header and payload."""
+        self._check()
+        try:
+            start = self._offset
+            n, crc = self._append(_D, [_HLEN.pack(len(header)), header, payload])
+            if self.retention.fsync == "every":
+                self._file.flush()
+                os.fsync(self._file.fileno())
+        except OSError as e:
+            raise self._fail("write a data record", e) from e
+        self._offset = start + n
+        entry = self._open.get(time)
+        if entry is None:
+            entry = self._open[time] = _Open()
+        if entry.extents and entry.extents[-1][0] + entry.extents[-1][1] == start:
+            entry.extents[-1][1] += n
+        else:
+            entry.extents.append([start, n])
+        entry.nbytes += len(payload)
+        entry.messages += 1
+        entry.crc = zlib.crc32(_U32.pack(crc), entry.crc)  # the chain of the records' CRCs
+
+    def frontier(self, lower: tuple, upper: tuple, header: bytes) -> None:
+        """Log a lower frontier change to ``lower`` (elements after it; ``header`` its wire
+        ``F`` header) and index the epochs it completes, before the caller sends it."""
+        self._check()
+        new_lower = Antichain(self.order, lower)
+        done = [t for t in self._open if not new_lower.less_equal(t)]
+        try:
+            self._offset += self._append(_F, [header])[0]
+            self._file.flush()
+            if self.retention.fsync != "none":
+                os.fsync(self._file.fileno())
+        except OSError as e:
+            raise self._fail("write a frontier record", e) from e
+        now = _time.time()
+        epochs = []
+        for t in done:
+            e = self._open[t]
+            epochs.append(EpochRecord(self.partition, t, self._segment,
+                                      tuple(tuple(x) for x in e.extents), e.nbytes, e.messages,
+                                      e.crc, now))
+        roll_to = None
+        if self._offset >= self.retention.segment_bytes and len(done) == len(self._open):
+            roll_to = self._segment + 1
+        try:
+            self.catalog.history_commit(self.topic, self.partition, epochs=epochs, lower=lower,
+                                        upper=upper, segment=self._segment,
+                                        committed=self._offset, roll_to=roll_to,
+                                        durable=self.retention.fsync != "none")
+        except CatalogError as e:
+            raise self._fail("index the completed epochs in the catalog", e) from e
+        for t in done:
+            del self._open[t]
+        self._lower = new_lower
+        last = self._segments[-1]
+        self._segments[-1] = SegmentStat(last.seq, self._offset, last.epochs + len(epochs),
+                                         now if epochs else last.last_completed)
+        if roll_to is not None:
+            self._roll(roll_to)
+        self._apply_retention(now)
+
+    def _roll(self, seq: int) -> None:
+        try:
+            self._file.close()
+            self._file = open(segment_path(self.dir, seq), "wb")
+        except OSError as e:
+            raise self._fail(f"start segment {seq}", e) from e
+        self._segment, self._offset = seq, 0
+        self._segments.append(SegmentStat(seq, 0, 0, None))
+
+    def _apply_retention(self, now: float) -> None:
+        n = segments_to_delete(self._segments, self.retention, now)
+        if n == 0:
+            return
+        keep_from = self._segments[n].seq
+        try:
+            since, expired = self.catalog.history_trim(self.topic, self.partition, keep_from)
+        except CatalogError as e:  # retention is retried at the next commit
+            log.warning("epoch log %s/%s: retention could not update the index: %s",
+                        self.topic, self.partition, e)
+            return
+        gone, self._segments = self._segments[:n], self._segments[n:]
+        for s in gone:
+            try:
+                segment_path(self.dir, s.seq).unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.warning("epoch log %s/%s: could not delete %s: %s", self.topic,
+                            self.partition, segment_path(self.dir, s.seq), e)
+        log.info("epoch log %s/%s: retention deleted %d segment(s); retained since %s",
+                 self.topic, self.partition, n, list(since))
+        for name in expired:
+            log.warning("durable subscription %r of %r expired: retention of partition %s "
+                        "deleted epochs at or beyond its position", name, self.topic,
+                        self.partition)
+
+
+def read_epoch(directory: str | os.PathLike, record: EpochRecord) -> list[tuple[bytes, bytes]]:
+    """The ``(time header, payload)`` pairs of the epoch ``record`` describes, in the order
+    they were sent, read from its segment in ``directory``. Checks every record's CRC-32, its
+    kind, and the epoch's chained CRC-32 and message count against the index. Raises
+    :class:`~epochstream.errors.HistoryCorrupt` (naming the file) for any mismatch, a short
+    read or a missing segment."""
+    path = segment_path(directory, record.segment)
+    try:
+        with open(path, "rb") as f:
+            chunks = []
+            for offset, length in record.extents:
+                f.seek(offset)
+                b = f.read(length)
+                if len(b) != length:
+                    raise HistoryCorrupt(f"segment {path}: epoch {record.time!r} is cut short "
+                                         f"({len(b)} of {length} bytes at offset {offset})",
+                                         path=str(path))
+                chunks.append(b)
+    except FileNotFoundError:
+        raise HistoryCorrupt(f"segment {path} of epoch {record.time!r} is missing (deleted by "
+                             f"retention while being read, or removed by hand)",
+                             path=str(path)) from None
+    crc = 0
+    out = []
+    hsize = RECORD_HEADER.size
+    for b in chunks:
+        mv = memoryview(b)
+        pos = 0
+        while pos < len(b):
+            if pos + hsize > len(b):
+                raise HistoryCorrupt(f"segment {path}: epoch {record.time!r} has a cut record",
+                                     path=str(path))
+            length, rcrc, kind = RECORD_HEADER.unpack_from(b, pos)
+            body = mv[pos + hsize:pos + hsize + length]
+            if kind != _D or len(body) != length or zlib.crc32(body, zlib.crc32(kind)) != rcrc:
+                raise HistoryCorrupt(f"segment {path}: a record of epoch {record.time!r} at "
+                                     f"offset {pos} fails its checksum", path=str(path))
+            crc = zlib.crc32(_U32.pack(rcrc), crc)
+            (hl,) = _HLEN.unpack_from(body, 0)
+            out.append((bytes(body[2:2 + hl]), bytes(body[2 + hl:])))
+            pos += hsize + length
+    if crc != record.crc or len(out) != record.messages:
+        raise HistoryCorrupt(f"segment {path}: epoch {record.time!r} does not match its index "
+                             f"entry (checksum or message count)", path=str(path))
+    return out

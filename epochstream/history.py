@@ -1,0 +1,172 @@
+"""Reading durable history: complete epochs of a topic from its partitions' epoch logs, with no
+live publisher (the logs' index lives in the catalog; the files are read directly).
+
+>>> import tempfile
+>>> from epochstream import Catalog, Publisher, Retention, History
+>>> cat = Catalog(tempfile.mkdtemp())
+>>> with Publisher("hist-doc", catalog=cat, retention=Retention()) as pub:
+...     for day in range(3):
+...         pub.send(day, [{"day": day, "n": i} for i in range(2)])
+...         _ = pub.advance_to(day + 1)
+>>> [(e.time, len(e.records)) for e in History("hist-doc", catalog=cat).epochs(since=1)]
+[(1, 2), (2, 2)]
+
+Positions (``since``, ``until``) are frontiers (:mod:`epochstream.position`): ``since`` is
+inclusive (epochs ``t`` with ``since <= t``), ``until`` exclusive (epochs not at or beyond it),
+like timely's and Materialize's ``since``/``upper``. An epoch is served only once it is complete
+in every partition's log and retained by every partition, so it is whole or not served.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from typing import Any, Iterator
+
+from . import wire
+from .catalog import Catalog
+from .catalog_history import EpochRecord, HistoryState
+from .epochlog import read_epoch
+from .errors import HistoryUnavailable
+from .events import Epoch
+from .frontier import Antichain, join
+from .order import linear_extension
+from .position import resolve_position
+
+__all__ = ["History"]
+
+
+def _catalog(catalog) -> Catalog:
+    if catalog is None or isinstance(catalog, (str, os.PathLike)):
+        return Catalog(catalog)
+    return catalog
+
+
+class History:
+    """The retained epochs of ``topic`` (``catalog``: a :class:`~epochstream.catalog.Catalog`, a
+    path, or ``None`` for the default catalog).
+
+    Raises :class:`~epochstream.errors.TopicNotFound` for an unknown topic. Reading raises
+    :class:`~epochstream.errors.HistoryUnavailable` when a partition that has data keeps no log
+    or when ``since`` is older than what is retained, and
+    :class:`~epochstream.errors.HistoryCorrupt` when a segment fails its checksum (its bytes are
+    never returned as data)."""
+
+    def __init__(self, topic: str, catalog=None):
+        self.topic = topic
+        self.catalog = _catalog(catalog)
+        info = self.catalog.lookup(topic)
+        self.order = info.order
+        self.codec = wire.codec(info.codec)
+        self.partitions = info.partitions
+        self._dirs: dict[int, str] = {}
+
+    # -- index -----------------------------------------------------------------------------
+    def states(self) -> dict[int, HistoryState]:
+        """``{partition: HistoryState}`` of the partitions that keep a log (read now)."""
+        return self.catalog.history_states(self.topic)
+
+    def _checked_states(self) -> dict[int, HistoryState]:
+        states = self.states()
+        info = self.catalog.lookup(self.topic)
+        missing = [p.index for p in info.partition_info
+                   if p.index not in states and p.upper]
+        if missing:
+            raise HistoryUnavailable(
+                f"topic {self.topic!r}: partition(s) {missing} sent data but keep no epoch log "
+                f"(publish with retention=Retention(...) to keep history)")
+        return states
+
+    @property
+    def since(self) -> tuple:
+        """The earliest position whose epochs are all retained: the join of every partition's
+        ``since`` (a tuple of times; the order's minimum when no partition keeps a log)."""
+        return self._since(self.states())
+
+    def _since(self, states: dict[int, HistoryState]) -> tuple:
+        out: tuple = (self.order.minimum,)
+        for s in states.values():
+            out = join(self.order, out, s.since)
+        return out
+
+    def records(self, since=None, until=None) -> list[tuple[Any, list[EpochRecord]]]:
+        """``[(time, [EpochRecord per partition with data]), ...]`` of the complete retained
+        epochs at or beyond ``since`` and not at or beyond ``until``, in a linear extension of
+        the order. ``since=None``: everything retained; ``since`` older than what is retained
+        raises :class:`HistoryUnavailable`."""
+        order = self.order
+        states = self._checked_states()
+        retained = self._since(states)
+        if since is None:
+            position = Antichain(order, retained)
+        else:
+            position = Antichain(order, resolve_position(order, since) or ())
+            if not all(Antichain(order, retained).less_equal(a) for a in position):
+                raise HistoryUnavailable(
+                    f"topic {self.topic!r}: position {list(position)} is older than what is "
+                    f"retained (since {list(retained)})", retained=retained)
+        stop = None if until is None else Antichain(order, resolve_position(order, until) or ())
+        lowers = [Antichain(order, s.lower) for s in states.values()]
+        min_t0 = min((a[0] if isinstance(a, tuple) else a) for a in position) if position else None
+        by_time: dict[Any, list[EpochRecord]] = {}
+        for p in states:
+            for r in self.catalog.history_epochs(self.topic, p, min_t0=min_t0):
+                by_time.setdefault(r.time, []).append(r)
+        # read again: a segment deleted meanwhile must not leave an epoch half served
+        after = self.states()
+        sinces = [Antichain(order, s.since) for s in after.values()]
+        keep = [t for t in by_time
+                if position.less_equal(t)
+                and (stop is None or not stop.less_equal(t))
+                and not any(low.less_equal(t) for low in lowers)
+                and all(s.less_equal(t) for s in sinces)]
+        return [(t, by_time[t]) for t in linear_extension(order, keep)]
+
+    def payloads(self, records: list[EpochRecord]) -> list[tuple[int, bytes]]:
+        """``[(partition, encoded payload), ...]`` of one epoch's records, read from the
+        segments and checked (:func:`~epochstream.epochlog.read_epoch`)."""
+        out = []
+        for r in records:
+            d = self._dirs.get(r.partition)
+            if d is None:
+                self._dirs = {p: s.dir for p, s in self.states().items()}
+                d = self._dirs[r.partition]
+            out.extend((r.partition, payload) for _, payload in read_epoch(d, r))
+        return out
+
+    # -- epochs ----------------------------------------------------------------------------
+    def epochs(self, since=None, until=None) -> Iterator[Epoch]:
+        """Yield the complete retained :class:`~epochstream.events.Epoch`\\ s at or beyond
+        ``since`` and not at or beyond ``until`` (frontiers: a time, a list of times, or
+        ``None``), whole, in an order consistent with the partial order; ``records`` combined
+        across partitions as a live subscriber gets them (a list, or a ``pyarrow.Table``),
+        ``first_seen`` the time the epoch completed in the log, ``released_at`` now."""
+        decode, combine = self.codec.decode, self.codec.combine
+        for t, recs in self.records(since, until):
+            chunks = [decode(p) for _, p in self.payloads(recs)]
+            nbytes = sum(r.nbytes for r in recs)
+            yield Epoch(t, combine(chunks), len(chunks), nbytes,
+                        max(r.completed_at for r in recs), _time.time())
+
+    def to_arrow(self, since=None, until=None):
+        """The retained epochs (as :meth:`epochs`) as one ``pyarrow.Table`` with two more
+        columns: ``_epoch`` (the time; a list of ints for product orders) and ``_partition``.
+        For Arrow topics only (raises ``TypeError`` for msgpack topics)."""
+        import pyarrow as pa
+
+        if self.codec.name != "arrow":
+            raise TypeError(f"topic {self.topic!r} uses codec {self.codec.name!r}; to_arrow() "
+                            f"needs an Arrow topic (iterate epochs() instead)")
+        tables = []
+        for t, recs in self.records(since, until):
+            for partition, payload in self.payloads(recs):
+                table = self.codec.combine([self.codec.decode(payload)])
+                n = table.num_rows
+                epoch = list(t) if isinstance(t, tuple) else t
+                table = table.append_column("_epoch", pa.array([epoch] * n))
+                table = table.append_column("_partition", pa.array([partition] * n, pa.int32()))
+                tables.append(table)
+        if not tables:
+            return pa.table({"_epoch": pa.array([], pa.int64()),
+                             "_partition": pa.array([], pa.int32())})
+        return pa.concat_tables(tables, promote_options="default")

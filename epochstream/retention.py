@@ -1,0 +1,130 @@
+"""Retention of the epoch log: the configuration (:class:`Retention`) and the pure policy that
+decides which whole segments to delete (:func:`segments_to_delete`). No I/O: the log writer
+(:mod:`epochstream.epochlog`) feeds it the segments' sizes and ages and deletes what it returns.
+
+Model (docs/history.md): a partition's log is a sequence of segment files; a segment holds
+whole epochs only (segments roll at epoch boundaries), so deleting the oldest segments removes
+whole epochs. The limits are upper bounds, as NATS JetStream's ``LimitsPolicy`` and Kafka's
+``retention.bytes``/``retention.ms``: nothing is deleted before a limit requires it, so every
+durable subscription whose acked position is within the limits keeps its history ("held back
+within those limits"); one that falls behind them expires
+(:class:`~epochstream.errors.SubscriptionExpired`), never a silent skip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+__all__ = ["Retention", "SegmentStat", "segments_to_delete", "FSYNC_POLICIES", "DEFAULT_MAX_AGE",
+           "DEFAULT_MAX_BYTES", "DEFAULT_SEGMENT_BYTES"]
+
+FSYNC_POLICIES = ("frontier", "none", "every")
+DEFAULT_MAX_BYTES = 1 << 30
+"""1 GiB per partition."""
+DEFAULT_MAX_AGE = 7 * 24 * 3600.0
+"""7 days, in seconds (Kafka's default ``retention.ms``)."""
+DEFAULT_SEGMENT_BYTES = 64 << 20
+"""64 MiB."""
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How a publisher keeps its partition's epoch log (``Publisher(..., retention=...)``).
+
+    - ``dir``: directory of the logs (``<dir>/<topic>/<partition>/``); ``None`` = ``history/``
+      next to the catalog file.
+    - ``max_bytes``: bytes of segments kept per partition (default 1 GiB; ``None``: no limit).
+    - ``max_age``: seconds an epoch is kept after it completed (default 7 days; ``None``: no
+      limit). A segment is deleted once its *newest* epoch is older.
+    - ``max_epochs``: epochs kept per partition (``None``, the default: no limit).
+    - ``segment_bytes``: a segment is closed and a new one started at the first epoch boundary
+      after it reached this size (default 64 MiB; a soft limit: a segment never splits an epoch).
+    - ``fsync``: ``"frontier"`` (default: one ``fsync`` per frontier advance that completes
+      epochs, before they are indexed and before the frontier update leaves the process — an
+      epoch is announced complete only once it is on disk), ``"none"`` (written to the OS, no
+      ``fsync``: survives a crash of the process, not of the machine), ``"every"`` (an ``fsync``
+      after every data message too).
+
+    Retention is **off by default** (``retention=None``): Strymon's publishers are stateless by
+    design, and logging costs disk space and an ``fsync`` per frontier advance, so a user turns
+    it on where late joiners, resume or durable subscriptions are wanted (as a NATS user
+    creates a JetStream stream). The limits bound the log whatever durable subscriptions hold.
+
+    Raises ``ValueError`` for a limit that is not a positive number (or ``None``), a
+    ``segment_bytes`` below 4 KiB or an unknown ``fsync`` policy.
+    """
+
+    dir: str | os.PathLike | None = None
+    max_bytes: int | None = DEFAULT_MAX_BYTES
+    max_age: float | None = DEFAULT_MAX_AGE
+    max_epochs: int | None = None
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    fsync: str = "frontier"
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_epochs"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"Retention.{name} must be an int >= 1 or None, got {v!r}")
+        v = self.max_age
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not math.isfinite(v) or v <= 0):
+            raise ValueError(f"Retention.max_age must be seconds > 0 or None, got {v!r}")
+        v = self.segment_bytes
+        if isinstance(v, bool) or not isinstance(v, int) or v < 4096:
+            raise ValueError(f"Retention.segment_bytes must be an int >= 4096, got {v!r}")
+        if self.fsync not in FSYNC_POLICIES:
+            raise ValueError(f"Retention.fsync must be one of {FSYNC_POLICIES}, got {self.fsync!r}")
+        if self.dir is not None and not isinstance(self.dir, (str, os.PathLike)):
+            raise ValueError(f"Retention.dir must be a path or None, got {self.dir!r}")
+
+    def replace(self, **changes) -> "Retention":
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class SegmentStat:
+    """What the policy needs to know of one segment: ``seq`` (its number, increasing),
+    ``nbytes`` (file size, bytes), ``epochs`` (complete epochs indexed in it) and
+    ``last_completed`` (``time.time()`` when its newest epoch completed, seconds; ``None`` if
+    it holds none yet)."""
+
+    seq: int
+    nbytes: int
+    epochs: int
+    last_completed: float | None
+
+
+def segments_to_delete(segments: Sequence[SegmentStat], retention: Retention,
+                       now: float) -> int:
+    """How many of the oldest ``segments`` (sorted by ``seq``, the last one being written) to
+    delete so that the rest are within ``retention``'s limits at ``now`` (``time.time()``,
+    seconds). The segment being written is never deleted. Deleting stops at the first segment
+    that no limit requires to go (segments go oldest first, as Kafka deletes whole segments).
+    Limits are therefore enforced at segment granularity: the log may exceed one by up to the
+    segment being written (choose ``segment_bytes`` well below ``max_bytes``).
+
+    >>> r = Retention(max_epochs=10, max_bytes=None, max_age=None)
+    >>> segs = [SegmentStat(0, 100, 6, 1.0), SegmentStat(1, 100, 6, 2.0), SegmentStat(2, 10, 1, 3.0)]
+    >>> segments_to_delete(segs, r, now=4.0)
+    1
+    """
+    total_bytes = sum(s.nbytes for s in segments)
+    total_epochs = sum(s.epochs for s in segments)
+    n = 0
+    for s in segments[:-1]:
+        too_big = retention.max_bytes is not None and total_bytes > retention.max_bytes
+        too_many = retention.max_epochs is not None and total_epochs > retention.max_epochs
+        too_old = (retention.max_age is not None and s.last_completed is not None
+                   and now - s.last_completed > retention.max_age)
+        if not (too_big or too_many or too_old):
+            break
+        total_bytes -= s.nbytes
+        total_epochs -= s.epochs
+        n += 1
+    return n

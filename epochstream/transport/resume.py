@@ -1,0 +1,244 @@
+"""History and durable positions of a subscriber: joining at a position, filling from the epoch
+logs exactly what the live filter drops, and acking (docs/history.md).
+
+A mixin of :class:`~epochstream.transport.subscriber.Subscriber`. The decisions are the pure
+:class:`~epochstream.position.HistoryJoin` and :class:`~epochstream.position.AckTracker`; this
+module reads the catalog and the logs (:class:`~epochstream.history.History`) for them.
+
+How a join at position ``A`` stays gapless: the live join gets a floor ``A`` (data not at or
+beyond ``A`` is dropped) and its Strymon filter ``U`` drops every epoch some partition had begun
+before the join. When every snapshot is in, :class:`HistoryJoin` names the epochs history must
+supply (``A <= t <= u``) and the partitions whose logs it needs; each is checked (a log that
+retains everything from ``A`` on) or the join fails with
+:class:`~epochstream.errors.HistoryUnavailable` (a durable subscription:
+:class:`~epochstream.errors.SubscriptionExpired`). From then on, before every merged frontier
+change, the wanted epochs that the merged lower frontier now says complete are read from the
+index (a publisher indexes an epoch before it sends the frontier update that completes it, so
+they are all there) and handed out, whole, ahead of the update: an order consistent with the
+partial order, since no live epoch is ``<=`` a wanted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from ..errors import HistoryUnavailable, ProtocolError, SubscriptionExpired, SubscriptionHeld
+from ..events import Epoch, LowerFrontierUpdate
+from ..frontier import Antichain
+from ..order import linear_extension
+from ..position import AckTracker, HistoryJoin
+
+__all__ = ["Resume", "HistoryBatch", "Rejoined"]
+
+log = logging.getLogger("epochstream.transport")
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryBatch:
+    """Internal event: complete epochs to hand out from history, ``[(time, [EpochRecord])]``
+    in a linear extension of the order."""
+
+    epochs: list
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejoined:
+    """Internal event: a re-join whose gap history fills (no :class:`~epochstream.events.Gap`).
+    ``epochs()`` drops the old join's incomplete epochs; ``events()`` hands out ``withdraw`` (the
+    old merged frontier's removal) so its consumers' frontier stays consistent."""
+
+    withdraw: LowerFrontierUpdate | None
+
+
+class Resume:
+    """Joining at a position and durable subscriptions, for the Subscriber."""
+
+    def _init_resume(self, position, durable: str | None, takeover: bool) -> Any:
+        """Resolve where the first join starts: returns its floor (``None`` for latest)."""
+        self.durable = durable
+        self._fill: HistoryJoin | None = None
+        self._fill_served: set = set()
+        self._fill_t0: int | None = None
+        self._history = None
+        self._acks: AckTracker | None = None
+        self._resolve_at_ready = False
+        if durable is not None:
+            if self._catalog is None:
+                raise ValueError("durable= needs a catalog (the position is held there)")
+            info = self._catalog.durable_claim(self.topic, durable, self.id, takeover=takeover)
+            if info.position is not None:
+                position = tuple(info.position)
+                self._acks = AckTracker(self.order, position, info.acked)
+                log.info("durable subscription %r of %r resumes at %s", durable, self.topic,
+                         list(position))
+            elif position is None:  # "latest": resolved once the live join is ready
+                self._resolve_at_ready = True
+        if position == "earliest":
+            position = self._earliest()
+        if position is not None and self._acks is None and durable is not None:
+            self._acks = AckTracker(self.order, position)
+            self._store_position()
+        return position
+
+    def _history_reader(self):
+        if self._history is None:
+            from ..history import History
+            self._history = History(self.topic, self._catalog)
+        return self._history
+
+    def _earliest(self) -> tuple:
+        """Everything retained: the join of every logged partition's ``since``."""
+        if self._catalog is None:
+            raise ValueError("start='earliest' needs a catalog (history is found there)")
+        return self._history_reader().since
+
+    # -- the join --------------------------------------------------------------------------
+    def _plan_history(self, position) -> bool:
+        """Once every snapshot is in: set up the history fill of a join at ``position``.
+        Returns False if history cannot fill it (the caller raises or reports a Gap)."""
+        protocol = self._protocol
+        snaps = {p: (s.lower, s.upper) for p, s in protocol.snapshots.items()}
+        hj = HistoryJoin(self.order, position, snaps)
+        needed = hj.needed_partitions()
+        self._fill = None
+        if not needed:
+            return True
+        if self._catalog is None:
+            self._fill_error = "subscribers given endpoints= have no catalog to find history in"
+            return False
+        states = self._catalog.history_states(self.topic)
+        for p, elems in needed.items():
+            s = states.get(p)
+            if s is None:
+                self._fill_error = (f"partition {p} keeps no epoch log (its publisher has no "
+                                    f"retention) and has data at or beyond {list(elems)}")
+                return False
+            since = Antichain(self.order, s.since)
+            if not all(since.less_equal(a) for a in elems):
+                self._fill_error = (f"partition {p} retains epochs only from {list(s.since)} "
+                                    f"on, after the position {list(position)}")
+                self._fill_retained = tuple(s.since)
+                return False
+        self._fill, self._fill_served, self._fill_lower = hj, set(), None
+        t0s = [a[0] if isinstance(a, tuple) else a for a in hj.position]
+        self._fill_t0 = min(t0s) if t0s else None
+        return True
+
+    def _history_unavailable(self, position, durable_first: bool = True):
+        msg = (f"topic {self.topic!r}: cannot resume at {list(position)}: "
+               f"{getattr(self, '_fill_error', 'history unavailable')}")
+        retained = getattr(self, "_fill_retained", None)
+        if self.durable is not None and durable_first and retained is not None:
+            return SubscriptionExpired(f"durable subscription {self.durable!r}: {msg}",
+                                       name=self.durable, acked=tuple(position),
+                                       retained=retained)
+        return HistoryUnavailable(msg, retained=retained)
+
+    def _ready_history(self, out: list) -> list:
+        """Called when the join became ready (``out``: the protocol's outputs so far)."""
+        if self._resolve_at_ready:
+            self._resolve_at_ready = False
+            self._join_position = self._protocol.lower
+            self._acks = AckTracker(self.order, self._join_position)
+            self._store_position()
+        position = self._join_position
+        if position is None:
+            return out
+        if not self._plan_history(position):
+            raise self._history_unavailable(position)
+        return out
+
+    def _with_history(self, outputs: list) -> list:
+        """Insert the wanted epochs that the merged lower frontier now says complete ahead of
+        the first frontier change in ``outputs`` (at the end if there is none); the index is
+        read only when the merged lower frontier moved."""
+        fill = self._fill
+        lower = self._protocol.lower
+        if fill is None or lower == self._fill_lower:
+            return outputs
+        self._fill_lower = lower
+        first = next((i for i, m in enumerate(outputs) if type(m) is LowerFrontierUpdate),
+                     len(outputs))
+        low = Antichain(self.order, lower)
+        by_time: dict = {}
+        for p in self._catalog.history_states(self.topic):
+            for r in self._catalog.history_epochs(self.topic, p, min_t0=self._fill_t0):
+                t = r.time
+                if t in self._fill_served or low.less_equal(t) or not fill.wanted(t):
+                    continue
+                by_time.setdefault(t, []).append(r)
+        if fill.settled(lower):
+            self._fill = None
+        else:  # later epochs are at or beyond this lower frontier
+            t0s = [t[0] if isinstance(t, tuple) else t for t in lower]
+            if t0s:
+                self._fill_t0 = max(self._fill_t0 or min(t0s), min(t0s))
+        if not by_time:
+            return outputs
+        self._fill_served.update(by_time)
+        self.stats["history_epochs"] += len(by_time)
+        batch = HistoryBatch([(t, by_time[t]) for t in linear_extension(self.order, by_time)])
+        return [*outputs[:first], batch, *outputs[first:]]
+
+    def _history_epochs(self, batch: HistoryBatch, now: float):
+        """Read, check, decode and combine each epoch of ``batch``; yield :class:`Epoch`."""
+        reader = self._history_reader()
+        decode, combine = self.codec.decode, self.codec.combine
+        for t, recs in batch.epochs:
+            chunks = [decode(p) for _, p in reader.payloads(recs)]
+            yield Epoch(t, combine(chunks), len(chunks), sum(r.nbytes for r in recs),
+                        max(r.completed_at for r in recs), now)
+
+    # -- durable ---------------------------------------------------------------------------
+    def _store_position(self) -> None:
+        if self.durable is None or self._acks is None:
+            return
+        if not self._catalog.durable_ack(self.topic, self.durable, self.id,
+                                         list(self._acks.position), list(self._acks.acked)):
+            self._lost_hold()
+
+    def _lost_hold(self):
+        info = self._catalog.durable(self.topic, self.durable)
+        why = ("it was dropped" if info is None else
+               f"it expired ({info.reason})" if info.state == "expired" else
+               "another subscriber took it over" if info.holder not in (None, self.id) else
+               "it was reset")
+        raise SubscriptionHeld(f"durable subscription {self.durable!r} of topic {self.topic!r}: "
+                               f"this subscriber no longer holds it ({why}); its acks are "
+                               f"refused")
+
+    def ack(self, epoch) -> None:
+        """Acknowledge a handed-out epoch (an :class:`~epochstream.events.Epoch` or its time)
+        of a durable subscription: the catalog then holds the new :attr:`position` (one write),
+        and a resume never redelivers it. Raises ``ValueError`` without ``durable=`` or for an
+        epoch that is not an unacked handed-out one (acked already, never handed out),
+        :class:`~epochstream.errors.SubscriptionHeld` if this subscriber's hold was taken over,
+        reset, dropped or expired (fencing: the ack is refused)."""
+        if self.durable is None or self._acks is None:
+            raise ValueError("ack() needs a durable subscription: Subscriber(..., durable=name)")
+        t = epoch.time if isinstance(epoch, Epoch) else epoch
+        check = getattr(self.order, "check", None)
+        try:
+            t = check(t) if check else t
+        except ProtocolError as e:
+            raise ValueError(str(e)) from None
+        if not self._acks.ack(t):
+            raise ValueError(f"epoch {t!r} is not an unacked epoch handed out by this subscriber "
+                             f"(acked already, or never handed out)")
+        self._store_position()
+
+    @property
+    def position(self) -> tuple | None:
+        """The acked position of a durable subscription (a tuple of times: every epoch not at or
+        beyond it was acked), or ``None`` without ``durable=`` (or before a ``"latest"`` start
+        is resolved, when the join is ready)."""
+        return None if self._acks is None else self._acks.position
+
+    def _release_hold(self) -> None:
+        if self.durable is not None and self._catalog is not None:
+            try:
+                self._catalog.durable_release(self.topic, self.durable, self.id)
+            except Exception:  # closing must not fail on the catalog
+                log.debug("could not release durable %r", self.durable, exc_info=True)
