@@ -38,9 +38,11 @@ log = logging.getLogger("epochstream.transport")
 @dataclasses.dataclass(frozen=True)
 class HistoryBatch:
     """Internal event: complete epochs to hand out from history, ``[(time, [EpochRecord])]``
-    in a linear extension of the order."""
+    in a linear extension of the order; ``lower``: the merged lower frontier they are complete
+    against (the frontier update that follows the batch moves to it)."""
 
     epochs: list
+    lower: tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +181,8 @@ class Resume:
             return outputs
         self._fill_served.update(by_time)
         self.stats["history_epochs"] += len(by_time)
-        batch = HistoryBatch([(t, by_time[t]) for t in linear_extension(self.order, by_time)])
+        batch = HistoryBatch([(t, by_time[t]) for t in linear_extension(self.order, by_time)],
+                             lower)
         return [*outputs[:first], batch, *outputs[first:]]
 
     def _history_epochs(self, batch: HistoryBatch, now: float):

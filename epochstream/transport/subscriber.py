@@ -484,9 +484,14 @@ class Subscriber(Recovery, Resume):
                     last = _time.monotonic()
             elif kind is HistoryBatch:
                 acks = self._acks
+                if acks is not None:  # as for released epochs: the whole batch at once, and
+                    for t, _ in item.epochs:  # the frontier: its lower, held back by the live
+                        acks.handed_out(t)   # epochs the following update releases
+                    low = Antichain(self.order, item.lower)
+                    acks.frontier([*item.lower, *(t for t in self._assembler.pending
+                                                  if not low.less_equal(t))])
                 for epoch in self._history_epochs(item, _time.time()):
                     if acks is not None:
-                        acks.handed_out(epoch.time)
                         if acks.skips(epoch.time):
                             acks.ack(epoch.time)
                             continue
