@@ -260,32 +260,6 @@ class HistoryCatalog:
                     f"not {directory}; use the same Retention(dir=...) (or drop the topic)")
             return state
 
-    def history_restart(self, topic: str, partition: int, lower: Any, upper: Any) -> HistoryState:
-        """Start a new stream in the log of ``partition`` after a finished one (its lower
-        frontier was empty): forget every segment and epoch of the finished stream (the caller
-        deletes the files), begin the next segment number with ``since = lower``, and set the
-        position of every durable subscription of ``topic`` to ``lower`` (it reads the new
-        stream from its start). Returns the new :class:`HistoryState`."""
-        low = encode_upper(lower)
-        with self._write() as conn:
-            state = self._history_state(conn, topic, partition)
-            if state is None:
-                raise CatalogError(f"{topic!r} partition {partition} keeps no log")
-            seq = state.segment + 1
-            now = time.time()
-            conn.execute("DELETE FROM history_epochs WHERE topic = ? AND idx = ?", (topic, partition))
-            conn.execute("DELETE FROM history_segments WHERE topic = ? AND idx = ?",
-                         (topic, partition))
-            conn.execute("INSERT INTO history_segments (topic, idx, seq, since, created_at) "
-                         "VALUES (?, ?, ?, ?, ?)", (topic, partition, seq, low, now))
-            conn.execute(
-                "UPDATE history_partitions SET since = ?, lower = ?, upper = ?, segment = ?, "
-                "committed = 0, updated_at = ? WHERE topic = ? AND idx = ?",
-                (low, low, encode_upper(upper), seq, now, topic, partition))
-            conn.execute("UPDATE durables SET position = ?, acked = '[]' WHERE topic = ? AND "
-                         "state = 'active'", (low, topic))
-            return self._history_state(conn, topic, partition)
-
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
                        lower: Any, upper: Any, segment: int, committed: int,
                        roll_to: int | None = None, durable: bool = True) -> None:

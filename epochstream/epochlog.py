@@ -23,8 +23,8 @@ in exactly one segment and deleting a segment removes whole epochs. Retention
 (:func:`~epochstream.retention.segments_to_delete`) then deletes the oldest whole segments.
 
 A new publisher on a partition whose logged stream *finished* (closed: empty lower frontier)
-starts a new stream: the finished one's segments are deleted (logged at WARNING), since the
-same epochs cannot complete twice.
+continues the same log with later epochs (the publisher decides where it starts: after the
+logged upper frontier), so nothing of the finished stream is lost.
 
 Recovery (:meth:`LogWriter.open`): the tail of the current segment beyond the index's
 ``committed`` offset (records of epochs that never completed, or a record cut by a crash) is
@@ -114,16 +114,6 @@ class LogWriter:
             self.dir.mkdir(parents=True, exist_ok=True)
             state = self.catalog.history_begin(self.topic, self.partition, str(self.dir),
                                                lower, upper)
-            if not state.lower:  # the logged stream finished: a new stream replaces it
-                old = [segment_path(self.dir, s.seq) for s in state.segments]
-                epochs = sum(s.epochs for s in state.segments)
-                state = self.catalog.history_restart(self.topic, self.partition, lower, upper)
-                for p in old:
-                    p.unlink(missing_ok=True)
-                log.warning("epoch log %s/%s: the logged stream had finished (%d epochs, upper "
-                            "frontier %s); a new stream starts at %s and replaces it (durable "
-                            "subscriptions of the topic now start from it)", self.topic,
-                            self.partition, epochs, list(state.upper), list(lower))
             path = segment_path(self.dir, state.segment)
             size = path.stat().st_size if path.exists() else 0
             if size > state.committed:

@@ -26,6 +26,7 @@ import zmq
 from ..catalog import Catalog
 from ..errors import EpochstreamError
 from ..order import TOTAL
+from ..retention import Retention
 from ..transport import Publisher
 from . import ingest
 from .ingest import AbortAck, Commit, CommitAck, Data, Flush, FlushAck, IngestError, Refusal
@@ -261,7 +262,13 @@ class SparkPublisherHost:
       completed an epoch (keep it quick);
     - ``max_staged_bytes``: bound on the bytes staged per partition (batches received from
       tasks, not yet committed or discarded); a batch past it is refused;
-    - ``publisher_kwargs``: extra keyword arguments for each ``Publisher``.
+    - ``publisher_kwargs``: extra keyword arguments for each ``Publisher``;
+    - ``retention``: a :class:`~epochstream.retention.Retention` to keep each partition's epoch
+      log (``None``: no history). Each committed epoch is then written, synced and indexed
+      before it completes, and a restarted host resumes each partition from its log: its
+      frontier (:meth:`next_epoch`) is the first epoch not yet committed, so a COMMIT of an
+      epoch committed before the restart is recognised as a duplicate and publishes nothing
+      (COMMIT idempotency survives a restart of the host, not only of the query).
 
     :meth:`start` creates the topic (order ``total``, codec ``arrow``) and, per partition, a
     Publisher and an ingest endpoint registered next to it in the catalog. :meth:`pause`
@@ -272,7 +279,7 @@ class SparkPublisherHost:
                  host: str = "127.0.0.1", schema: str | None = None,
                  on_published: Callable[[int, int, int], None] | None = None,
                  max_staged_bytes: int = DEFAULT_MAX_STAGED_BYTES,
-                 publisher_kwargs: dict | None = None):
+                 publisher_kwargs: dict | None = None, retention: Retention | None = None):
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         self.topic = topic
@@ -284,6 +291,8 @@ class SparkPublisherHost:
         self.on_published = on_published
         self.max_staged_bytes = max_staged_bytes
         self.publisher_kwargs = dict(publisher_kwargs or {})
+        if retention is not None:
+            self.publisher_kwargs["retention"] = retention
         self._zctx = zmq.Context()
         self._stop = threading.Event()
         self._pauses: list[Pause] = []

@@ -135,8 +135,10 @@ class Publisher:
         does not hold. A publisher started on a partition whose log is unfinished (its
         predecessor crashed, was killed or aborted) resumes from it: without ``start`` its
         capabilities are the logged lower frontier (see :attr:`lower`), with ``start`` that
-        must be at or beyond it; the upper frontier is recovered too. A partition whose logged
-        stream finished (closed) starts a new stream that replaces it. If the log cannot be
+        must be at or beyond it; the upper frontier is recovered too. On a partition whose
+        logged stream finished (closed) the log continues with later epochs: without ``start``
+        a total order resumes after the logged upper frontier (``pub.lower`` says where); other
+        orders need ``start`` (not at or below the logged upper frontier). If the log cannot be
         written the publisher aborts and raises
         :class:`~epochstream.errors.HistoryWriteError`: it never completes an epoch it could not
         log.
@@ -180,8 +182,11 @@ class Publisher:
         self._catalog = catalog
         self._log: LogWriter | None = None
         self.retention = retention
+        self._resumed_at: tuple | None = None  # the lower frontier taken from the epoch log
         if retention is not None:
             lower, upper = self._open_log(retention, start, schema)
+            if start is None and tuple(lower) != (order.minimum,):
+                self._resumed_at = tuple(lower)
             self._protocol = PublisherProtocol(order, lower=lower, upper=upper, strict=strict)
         else:
             upper = inherited_upper(catalog, topic, partition, order, start)
@@ -220,6 +225,12 @@ class Publisher:
         fresh = [order.minimum if start is None else check_time(order, start)]
         prior = catalog.history_state(self.topic, self.partition)
         resumed = prior is not None and bool(prior.lower)
+        if prior is not None and not prior.lower:
+            fresh, upper_list = self._continue_log(prior, start)
+            self._log = LogWriter(catalog, self.topic, self.partition, order, retention,
+                                  history_dir(catalog, retention, self.topic, self.partition))
+            self._log.open(fresh, upper_list)
+            return fresh, upper_list
         if resumed:  # the recorded upper frontier bounds everything the predecessor sent
             upper = Antichain(dual(order), prior.upper)
             info = catalog.lookup(self.topic)
@@ -246,6 +257,34 @@ class Publisher:
                 f"lower frontier {list(state.lower)!r}: those epochs are complete in the epoch "
                 f"log already; resume at or beyond it (or leave start=None to resume there)")
         return fresh, upper_list
+
+    def _continue_log(self, prior, start) -> tuple[list, list]:
+        """A new stream on a partition whose logged stream finished (closed): it continues the
+        log with later epochs. Returns ``(lower, upper)``."""
+        order = self.order
+        upper = Antichain(dual(order), prior.upper)
+        info = self._catalog.lookup(self.topic)
+        p = next((x for x in info.partition_info if x.index == self.partition), None)
+        if p is not None:
+            upper.extend(p.upper)
+        if not upper:
+            return [order.minimum if start is None else check_time(order, start)], []
+        if start is None:
+            if getattr(order, "name", None) != "total":
+                raise ProtocolError(
+                    f"publisher {self.topic}/{self.partition}: its epoch log holds a finished "
+                    f"stream up to {list(upper.elements)!r}; pass start= (a time not at or "
+                    f"below any of them) to continue it, or drop the topic to start afresh")
+            start = max(upper.elements) + 1
+            log.info("publisher %s/%s continues its finished epoch log at epoch %s", self.topic,
+                     self.partition, start)
+        start = check_time(order, start)
+        if upper.less_equal(start):  # over the dual order: some logged upper element >= start
+            raise ProtocolError(
+                f"publisher {self.topic}/{self.partition}: start={start!r} is not after the "
+                f"finished stream in its epoch log (upper frontier {list(upper.elements)!r}); "
+                f"those epochs are complete already (drop the topic to start afresh)")
+        return [start], list(upper.elements)
 
     def _register(self, schema: str | None, ingest: str | None) -> None:
         if self._catalog is None:
@@ -326,7 +365,14 @@ class Publisher:
         with self._lock:
             self._check_open()
             protocol = self._protocol
-            t = protocol.check_data(time)
+            try:
+                t = protocol.check_data(time)
+            except ProtocolError as e:
+                if self._resumed_at is None:
+                    raise
+                raise ProtocolError(f"{e}; this publisher resumed its epoch log at "
+                                    f"{list(self._resumed_at)!r} (earlier epochs are complete "
+                                    f"in the log: see Publisher.lower)") from None
             if t != self._last_time or type(t) is not type(self._last_time):
                 header = wire.encode_time(t)  # may raise: before any state changes
                 if self._catalog is not None and protocol.extends_upper(t):
