@@ -149,7 +149,7 @@ class Publisher:
     calls, so :meth:`send` blocks (back-pressure) instead of the subscriber being evicted — for
     up to ``credit_timeout`` seconds without a grant. Peers that are sent nothing are probed
     with a heartbeat every ``heartbeat_interval``, so a dead one is freed within about
-    ``3 * heartbeat_interval`` (the ZMTP heartbeat timeout).
+    ``3 * heartbeat_interval`` (the ZMTP heartbeat timeout, at least 0.5 s).
 
     Ending: :meth:`close` (or leaving a ``with`` block normally) releases every capability, so
     every open epoch completes. An exception leaving the ``with`` block (``KeyboardInterrupt``

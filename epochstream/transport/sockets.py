@@ -3,12 +3,21 @@
 - :func:`bind_router` — a publisher's ROUTER: ``ROUTER_MANDATORY`` (a send to a vanished peer
   fails with ``EHOSTUNREACH`` instead of being dropped), explicit high-water marks, a small
   ``MAXMSGSIZE`` (subscribers only send small control messages), ZMTP heartbeats with a timeout
-  of three intervals (libzmq ``zmq_setsockopt(3)``: ``ZMQ_HEARTBEAT_IVL``/``_TIMEOUT``).
+  of three intervals but at least :data:`PUBLISHER_MIN_ZMTP_TIMEOUT_MS` (libzmq
+  ``zmq_setsockopt(3)``: ``ZMQ_HEARTBEAT_IVL``/``_TIMEOUT``).
 - :func:`connect_dealer` — a subscriber's DEALER for one partition: ZMTP pings every
-  ``ping_interval`` but a one-hour ZMTP timeout, in effect none. Left unset, libzmq uses the
-  interval as the timeout, and a stalled reader never sees the publisher's PONGs (they queue
-  behind unread data), so it would drop its own connection (libzmq 4.3.5 then aborts the
-  process). A dead publisher is detected by the application heartbeat instead.
+  ``ping_interval`` but at least every :data:`SUBSCRIBER_ZMTP_PING_S`, and a one-hour ZMTP
+  timeout, in effect none. Left unset, libzmq uses the interval as the timeout, and a stalled
+  reader never sees the publisher's PONGs (they queue behind unread data), so it would drop its
+  own connection (libzmq 4.3.5 then aborts the process). A dead publisher is detected by the
+  application heartbeat instead.
+
+  The pings are what keeps a stalled subscriber's connection alive at the publisher: a
+  connection the publisher drops while the subscriber's input is stopped (its pipe full) makes
+  libzmq 4.3.5 abort the *subscriber's* process at its next read (``Assertion failed:
+  !_io_error (stream_engine_base.cpp:310)``, zeromq/libzmq #4767, #4364, #3937). So the ZMTP
+  ping interval does not follow a long ``ping_interval``: 0.1 s pings stay well inside the
+  publisher's ZMTP timeout (three heartbeat intervals, at least 0.5 s) whatever both sides set.
 - :func:`transmit_to` — a non-blocking send that reports :data:`SENT`, :data:`FULL` (the peer's
   pipe is at its high-water mark) or :data:`GONE` (the peer disconnected), the three outcomes
   the pure :mod:`~epochstream.transport.fanout` policy acts on.
@@ -26,13 +35,17 @@ import zmq
 
 __all__ = ["SENT", "FULL", "GONE", "bind_router", "connect_dealer", "transmit_to", "receive_from",
            "inproc_pair",
-           "SUBSCRIBER_ZMTP_TIMEOUT_MS"]
+           "SUBSCRIBER_ZMTP_TIMEOUT_MS", "SUBSCRIBER_ZMTP_PING_S", "PUBLISHER_MIN_ZMTP_TIMEOUT_MS"]
 
 #: outcomes of a non-blocking send (see :func:`transmit_to`)
 SENT, FULL, GONE = 0, 1, 2
 
 #: the subscriber's ZMTP heartbeat timeout: one hour, in effect none (see the module docstring)
 SUBSCRIBER_ZMTP_TIMEOUT_MS = 3_600_000
+#: the subscriber's longest ZMTP ping interval, seconds (see the module docstring)
+SUBSCRIBER_ZMTP_PING_S = 0.1
+#: the publisher's shortest ZMTP heartbeat timeout, ms: five of the subscriber's ZMTP pings
+PUBLISHER_MIN_ZMTP_TIMEOUT_MS = 500
 
 _ids = itertools.count()
 
@@ -51,7 +64,7 @@ def bind_router(ctx: zmq.Context, endpoint: str, *, sndhwm: int,
     router.setsockopt(zmq.LINGER, 2000)
     hb_ms = max(1, int(heartbeat_interval * 1000))
     router.setsockopt(zmq.HEARTBEAT_IVL, hb_ms)
-    router.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * hb_ms)
+    router.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(3 * hb_ms, PUBLISHER_MIN_ZMTP_TIMEOUT_MS))
     try:
         router.bind(endpoint)
     except zmq.ZMQError:
@@ -63,11 +76,13 @@ def bind_router(ctx: zmq.Context, endpoint: str, *, sndhwm: int,
 def connect_dealer(ctx: zmq.Context, endpoint: str, *, rcvhwm: int,
                    ping_interval: float) -> zmq.Socket:
     """A subscriber's DEALER connected to one partition's publisher at ``endpoint``.
-    ``rcvhwm``: messages; ``ping_interval``: seconds between ZMTP pings."""
+    ``rcvhwm``: messages; ``ping_interval``: seconds between the subscriber's pings (ZMTP
+    pings go at least every :data:`SUBSCRIBER_ZMTP_PING_S`)."""
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.RCVHWM, int(rcvhwm))
     s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(ping_interval * 1000)))
+    zmtp_ping = min(float(ping_interval), SUBSCRIBER_ZMTP_PING_S)
+    s.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(zmtp_ping * 1000)))
     s.setsockopt(zmq.HEARTBEAT_TIMEOUT, SUBSCRIBER_ZMTP_TIMEOUT_MS)
     s.connect(endpoint)
     return s

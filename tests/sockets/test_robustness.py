@@ -477,3 +477,40 @@ def test_lagged_subscriber_without_recover_still_raises():
     finally:
         sub.close()
         pub.close(linger=0)
+
+
+_STALL = r'''
+import sys, tempfile, time
+from epochstream import Catalog, Publisher, Subscriber
+cat = Catalog(tempfile.mkdtemp())
+pub = Publisher("stall", catalog=cat, heartbeat_interval=0.2, sndhwm=2,
+                max_queue_messages=100_000)
+sub = Subscriber("stall", cat, rcvhwm=2, timeout=10)
+assert sub.wait_ready(5)
+for t in range(20):
+    for i in range(4):
+        pub.send(t, [[t, i, "x" * 50_000]])
+    pub.advance_to(t + 1)
+pub.flush()
+time.sleep(2.0)
+n = 0
+for e in sub.epochs(timeout=5):
+    n += 1
+    if e.time == 19:
+        break
+print("epochs", n, flush=True)
+pub.close()
+sub.close()
+'''
+
+
+def test_a_stalled_subscriber_with_a_full_pipe_survives_a_short_publisher_heartbeat():
+    """A subscriber that reads nothing for 2 s while its pipe is full (rcvhwm=2) and the
+    publisher's heartbeat is 0.2 s: before the fix the publisher's ZMTP timeout (0.6 s) dropped
+    the connection (the subscriber's ZMTP pings came every ``ping_interval`` = 1 s), and
+    libzmq 4.3.5 aborted the subscriber's process at its next read (SIGABRT, exit 134:
+    ``Assertion failed: !_io_error``). Now it reads every epoch."""
+    proc = subprocess.run([sys.executable, "-c", _STALL], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.split() == ["epochs", "20"]
