@@ -15,8 +15,9 @@ Heavy layers are imported lazily, so ``import epochstream.order`` needs neither 
 
 from typing import TYPE_CHECKING
 
-from .errors import (CatalogError, EpochstreamError, HistoryCorrupt, HistoryError,
-                     HistoryUnavailable, HistoryWriteError, PartitionHeld, ProtocolError,
+from .errors import (CatalogError, EpochstreamError, GroupStopped, HistoryCorrupt, HistoryError,
+                     HistoryUnavailable, HistoryWriteError, LeaseExpired, PartitionHeld,
+                     ProtocolError,
                      PublisherAborted, PublisherLost, SubscriberLagged, SubscriptionExpired,
                      SubscriptionHeld, TopicNotFound, WireError)
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # the lazy names below, with their real types for type checke
     from .transport import Publisher as Publisher, Subscriber as Subscriber
     from .retention import Retention as Retention
     from .history import History as History
+    from .group import EpochGroup as EpochGroup, Lease as Lease
 
 _LAZY = {
     "TOTAL": "order", "product": "order",
@@ -44,13 +46,13 @@ _LAZY = {
     "EpochAssembler": "protocol", "PublisherProtocol": "protocol", "SubscriberProtocol": "protocol",
     "Publisher": "transport", "Subscriber": "transport",
     "Catalog": "catalog",
-    "Retention": "retention", "History": "history",
+    "Retention": "retention", "History": "history", "EpochGroup": "group", "Lease": "group",
 }
 
 __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
            "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", "HistoryError",
            "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
-           "SubscriptionHeld", *_LAZY]
+           "SubscriptionHeld", "LeaseExpired", "GroupStopped", *_LAZY]
 
 
 def __getattr__(name):

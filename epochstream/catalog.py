@@ -45,6 +45,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+from .catalog_groups import GroupCatalog, GroupInfo
 from .catalog_history import DurableInfo, EpochRecord, HistoryCatalog, HistoryState
 from .catalog_liveness import HOST, pid_alive, process_start
 from .catalog_records import (ROW_COLUMNS, PartitionInfo, TopicInfo, encode_upper,
@@ -55,7 +56,7 @@ from .order import by_name
 
 __all__ = ["Catalog", "TopicInfo", "PartitionInfo", "default_catalog_path", "pid_alive", "ENV_VAR",
            "DEFAULT_DIR", "DEFAULT_FILE", "BUSY_TIMEOUT_S", "POLL_INTERVAL_S", "SCHEMA_VERSION",
-           "STATES", "DurableInfo", "EpochRecord", "HistoryState"]
+           "STATES", "DurableInfo", "EpochRecord", "HistoryState", "GroupInfo"]
 
 ENV_VAR = "EPOCHSTREAM_CATALOG"
 DEFAULT_DIR = ".epochstream"
@@ -115,7 +116,7 @@ def _topic_definition(topic: Any, order: Any, codec: Any, partitions: Any,
     return order_name, codec, partitions, schema
 
 
-class Catalog(HistoryCatalog):
+class Catalog(HistoryCatalog, GroupCatalog):
     """The topic catalog stored in one SQLite file (schema: :mod:`epochstream.catalog_schema`).
 
     ``path``: a directory (the file is ``<dir>/catalog.sqlite``) or a file ending in
@@ -131,7 +132,8 @@ class Catalog(HistoryCatalog):
     creating the same new file at the same moment.
 
     The index of durable history (epoch logs, durable subscriptions) is read and written by the
-    methods of :class:`~epochstream.catalog_history.HistoryCatalog`."""
+    methods of :class:`~epochstream.catalog_history.HistoryCatalog`; consumer groups by those of
+    :class:`~epochstream.catalog_groups.GroupCatalog`."""
 
     def __init__(self, path: str | os.PathLike | None = None):
         self.path: Path = (default_catalog_path() if path is None else _resolve(path)).absolute()

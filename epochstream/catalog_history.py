@@ -297,7 +297,8 @@ class HistoryCatalog:
         """Forget the segments of ``partition`` numbered below ``keep_from`` (their epochs'
         index rows too) and move the log's ``since`` to the ``since`` of segment ``keep_from``;
         durable subscriptions of ``topic`` whose position is no longer retained are marked
-        expired in the same transaction. Returns ``(since, names of the newly expired)``. The
+        expired, and consumer groups stopped, in the same transaction. Returns ``(since, names
+        of the newly expired)`` (groups as ``"group:<name>"``). The
         caller deletes the files afterwards."""
         with self._write() as conn:
             row = conn.execute("SELECT since FROM history_segments WHERE topic = ? AND idx = ? "
@@ -324,6 +325,16 @@ class HistoryCatalog:
                         "AND name = ?", (f"retention of partition {partition} deleted epochs "
                                          f"at or beyond its position (retained since "
                                          f"{list(since)})", topic, name))
+            for name, position in conn.execute(
+                    "SELECT name, position FROM groups WHERE topic = ? AND state = 'active' "
+                    "AND position IS NOT NULL", (topic,)).fetchall():
+                if not position_available(order, decode_upper(position), since):
+                    expired.append(f"group:{name}")
+                    conn.execute(
+                        "UPDATE groups SET state = 'stopped', reason = ? WHERE topic = ? AND "
+                        "name = ?", (f"retention of partition {partition} deleted epochs at or "
+                                     f"beyond its position (retained since {list(since)})",
+                                     topic, name))
             return since, expired
 
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,

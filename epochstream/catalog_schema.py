@@ -43,7 +43,8 @@ has registered yet has no row)::
 
 ``history_partitions``, ``history_segments``, ``history_epochs`` (the index of each partition's
 epoch log) and ``durables`` (durable subscriptions): see :mod:`epochstream.catalog_history`,
-which owns their DDL and every read and write of them.
+which owns their DDL and every read and write of them; ``groups`` and ``group_epochs``
+(consumer groups): :mod:`epochstream.catalog_groups`.
 
 The stored state is only ever one of :data:`STATES`; readers also report ``"dead"``
 (:mod:`epochstream.catalog_liveness`).
@@ -62,15 +63,17 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .catalog_groups import GROUPS_DDL
 from .catalog_history import HISTORY_DDL
 from .errors import CatalogError
 
 __all__ = ["SCHEMA_VERSION", "STATES", "ensure_schema", "enable_wal", "check_version",
            "retry_busy", "is_busy"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated;
-1: before durable history — version 2 adds the ``history_*`` and ``durables`` tables)."""
+1: before durable history — version 2 adds the ``history_*`` and ``durables`` tables; version 3
+the consumer groups' ``groups`` and ``group_epochs``)."""
 
 STATES = ("live", "closed", "aborted")
 """The states stored in ``partitions.state`` (readers also report ``"dead"``: module docstring)."""
@@ -210,6 +213,6 @@ def _create_or_migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE partitions_v1 RENAME TO partitions")
     elif not old:
         conn.execute(_PARTITIONS_DDL.format(name="partitions"))
-    for ddl in HISTORY_DDL:
+    for ddl in (*HISTORY_DDL, *GROUPS_DDL):  # versions 1 and 2: new tables only
         conn.execute(ddl)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

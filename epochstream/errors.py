@@ -18,6 +18,7 @@ everything of ours in one clause and still tell the cases apart:
   :class:`HistoryWriteError` (the publisher cannot log an epoch: it refuses to complete it),
   :class:`SubscriptionExpired` (a durable subscription fell behind retention);
   :class:`SubscriptionHeld` — a durable subscription's name is held by another live subscriber.
+- :class:`LeaseExpired`, :class:`GroupStopped` — consumer groups (docs/consumers.md).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
            "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", "HistoryError",
            "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
-           "SubscriptionHeld"]
+           "SubscriptionHeld", "LeaseExpired", "GroupStopped"]
 
 
 class EpochstreamError(Exception):
@@ -140,3 +141,15 @@ class SubscriptionHeld(CatalogError):
     """A durable subscription's name is held by another live subscriber (pass
     ``takeover=True`` to take it over), or this subscriber's hold was taken over (its acks are
     refused from then on: fencing)."""
+
+
+class LeaseExpired(EpochstreamError):
+    """A consumer group refused an ack, nak or extension: the lease it names is no longer held
+    by that fencing token (its deadline passed, it was leased again to another worker, or it
+    was settled already) — so an epoch is never completed twice."""
+
+
+class GroupStopped(EpochstreamError):
+    """A consumer group stopped: an epoch was delivered ``max_deliver`` times without an ack
+    and the group has no ``dead_letter`` topic (never a silent drop). Reset the group
+    (``EpochGroup.reset()``) after fixing the cause."""

@@ -1,0 +1,287 @@
+"""The catalog's part of consumer groups: their tables, and the atomic claims, acks and
+releases of leases (a mixin of :class:`~epochstream.catalog.Catalog`). Workers in several
+processes coordinate through these ``BEGIN IMMEDIATE`` transactions, with no server: the
+decisions are the pure :func:`~epochstream.leases.plan`; this module reads and writes the rows.
+
+Tables (schema version 3)::
+
+    groups        -- one row per consumer group
+        topic, name, mode, ack_wait (seconds), max_deliver, dead_letter (a topic name or NULL),
+        position (JSON frontier: every epoch not at or beyond it is acked or dead-lettered),
+        next_token (the next lease's fencing token), state ('active' | 'stopped'),
+        reason (why it stopped), created_at
+    group_epochs  -- one row per epoch the group has handed out (at or beyond its position)
+        topic, name, time (JSON), state ('free' | 'leased' | 'acked' | 'dead'), deliveries,
+        token (of the current or last lease), worker (id of the leasing worker), worker_pid,
+        worker_pid_start, worker_host, deadline (time.time() seconds), not_before (seconds),
+        history (JSON list of [worker, time.time()] per delivery)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .catalog_history import decode_time, encode_time
+from .catalog_liveness import HOST, pid_alive, process_start
+from .catalog_records import decode_upper, encode_upper
+from .errors import CatalogError, GroupStopped, LeaseExpired, TopicNotFound
+from .leases import EpochState
+
+__all__ = ["GROUPS_DDL", "GroupCatalog", "GroupInfo", "Claimed"]
+
+GROUPS_DDL = (
+    """CREATE TABLE IF NOT EXISTS groups (
+        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        ack_wait REAL NOT NULL,
+        max_deliver INTEGER NOT NULL,
+        dead_letter TEXT,
+        position TEXT,
+        next_token INTEGER NOT NULL DEFAULT 1,
+        state TEXT NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'stopped')),
+        reason TEXT,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (topic, name))""",
+    """CREATE TABLE IF NOT EXISTS group_epochs (
+        topic TEXT NOT NULL,
+        name TEXT NOT NULL,
+        time TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('free', 'leased', 'acked', 'dead')),
+        deliveries INTEGER NOT NULL DEFAULT 0,
+        token INTEGER NOT NULL DEFAULT 0,
+        worker TEXT,
+        worker_pid INTEGER,
+        worker_pid_start REAL,
+        worker_host TEXT,
+        deadline REAL NOT NULL DEFAULT 0,
+        not_before REAL NOT NULL DEFAULT 0,
+        history TEXT NOT NULL DEFAULT '[]',
+        PRIMARY KEY (topic, name, time),
+        FOREIGN KEY (topic, name) REFERENCES groups(topic, name) ON DELETE CASCADE)""",
+)
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """A consumer group as stored: definition, ``position`` (a tuple of times or ``None``
+    before its first fetch), ``state`` (``"active"``/``"stopped"``) and ``reason``, plus
+    ``leased``/``acked``/``dead`` (epochs at or beyond the position in each state)."""
+
+    topic: str
+    name: str
+    mode: str
+    ack_wait: float
+    max_deliver: int
+    dead_letter: str | None
+    position: tuple | None
+    state: str
+    reason: str | None
+    leased: tuple
+    acked: tuple
+    dead: tuple
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """One lease taken by :meth:`GroupCatalog.group_claim`: ``time``, fencing ``token``,
+    ``deliveries`` (this one included), ``deadline`` (``time.time()`` seconds) and the delivery
+    ``history`` (``[[worker, time.time()], ...]``)."""
+
+    time: Any
+    token: int
+    deliveries: int
+    deadline: float
+    history: tuple
+
+
+_GROUP_COLUMNS = ("mode, ack_wait, max_deliver, dead_letter, position, state, reason")
+
+
+class GroupCatalog:
+    """Consumer-group state in the catalog (mixin of :class:`~epochstream.catalog.Catalog`).
+    Raises :class:`~epochstream.errors.CatalogError` when the file cannot be read or written."""
+
+    def group_open(self, topic: str, name: str, *, mode: str, ack_wait: float,
+                   max_deliver: int, dead_letter: str | None) -> GroupInfo:
+        """Create the group ``name`` of ``topic`` or check that the existing one has the same
+        definition (:class:`CatalogError` naming both otherwise); return its :class:`GroupInfo`."""
+        wanted = (mode, float(ack_wait), int(max_deliver), dead_letter)
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM topics WHERE name = ?", (topic,)).fetchone() is None:
+                raise TopicNotFound(topic, self._existing(conn))
+            row = conn.execute("SELECT mode, ack_wait, max_deliver, dead_letter FROM groups "
+                               "WHERE topic = ? AND name = ?", (topic, name)).fetchone()
+            if row is None:
+                conn.execute("INSERT INTO groups (topic, name, mode, ack_wait, max_deliver, "
+                             "dead_letter, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (topic, name, *wanted, time.time()))
+            elif tuple(row) != wanted:
+                raise CatalogError(
+                    f"consumer group {name!r} of topic {topic!r} exists with mode={row[0]!r}, "
+                    f"ack_wait={row[1]}, max_deliver={row[2]}, dead_letter={row[3]!r}; "
+                    f"requested mode={mode!r}, ack_wait={ack_wait}, max_deliver={max_deliver}, "
+                    f"dead_letter={dead_letter!r} (drop the group to change it)")
+            return self._group_info(conn, topic, name)
+
+    def _group_info(self, conn, topic: str, name: str) -> GroupInfo:
+        row = conn.execute(f"SELECT {_GROUP_COLUMNS} FROM groups WHERE topic = ? AND name = ?",
+                           (topic, name)).fetchone()
+        if row is None:
+            raise CatalogError(f"topic {topic!r} has no consumer group {name!r}")
+        mode, ack_wait, max_deliver, dead_letter, position, state, reason = row
+        by_state: dict[str, list] = {"leased": [], "acked": [], "dead": []}
+        for t, st in conn.execute("SELECT time, state FROM group_epochs WHERE topic = ? AND "
+                                  "name = ?", (topic, name)):
+            if st in by_state:
+                by_state[st].append(decode_time(t))
+        return GroupInfo(topic, name, mode, ack_wait, max_deliver, dead_letter,
+                         None if position is None else decode_upper(position), state, reason,
+                         tuple(by_state["leased"]), tuple(by_state["acked"]),
+                         tuple(by_state["dead"]))
+
+    def group_info(self, topic: str, name: str) -> GroupInfo:
+        """The :class:`GroupInfo` of group ``name`` (:class:`CatalogError` if there is none)."""
+        with self._connect() as conn:
+            return self._group_info(conn, topic, name)
+
+    def groups(self, topic: str | None = None) -> list[GroupInfo]:
+        """Every consumer group (of ``topic``, if given), sorted by topic and name."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT topic, name FROM groups" + (
+                " WHERE topic = ?" if topic is not None else "") + " ORDER BY topic, name",
+                (topic,) if topic is not None else ()).fetchall()
+            return [self._group_info(conn, t, n) for t, n in rows]
+
+    def group_drop(self, topic: str, name: str) -> bool:
+        """Delete group ``name`` and its state; returns whether it existed."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM group_epochs WHERE topic = ? AND name = ?", (topic, name))
+            cur = conn.execute("DELETE FROM groups WHERE topic = ? AND name = ?", (topic, name))
+            return cur.rowcount > 0
+
+    @staticmethod
+    def _states(conn, topic: str, name: str) -> dict:
+        out = {}
+        for t, st, deliveries, deadline, not_before, pid, pid_start, host in conn.execute(
+                "SELECT time, state, deliveries, deadline, not_before, worker_pid, "
+                "worker_pid_start, worker_host FROM group_epochs WHERE topic = ? AND name = ?",
+                (topic, name)):
+            alive = st != "leased" or pid is None or pid_alive(pid, pid_start, host)
+            out[decode_time(t)] = EpochState(st, deliveries, deadline, not_before, alive)
+        return out
+
+    def group_claim(self, topic: str, name: str, worker: str, decide: Callable[[dict, float], Any],
+                    ) -> tuple[list[Claimed], list[Claimed], tuple | None]:
+        """In one transaction: read the group's epoch states, call ``decide(states, now)`` →
+        ``(plan, position)`` (a :class:`~epochstream.leases.Plan` and the new position or
+        ``None``), lease ``plan.lease`` to ``worker`` (new fencing tokens, deadline now +
+        ack_wait, deliveries + 1) and lease ``plan.exhausted`` to it too, for dead-lettering
+        (deliveries unchanged; settle them with ``outcome="dead"`` once they are in the
+        dead-letter topic, or they are offered again when the lease ends). Returns ``(claimed,
+        exhausted, position)``. Acked or dead rows not at or beyond the new
+        position are forgotten. Raises :class:`GroupStopped` if the group stopped."""
+        pid = os.getpid()
+        with self._write() as conn:
+            row = conn.execute("SELECT ack_wait, next_token, state, reason FROM groups WHERE "
+                               "topic = ? AND name = ?", (topic, name)).fetchone()
+            if row is None:
+                raise CatalogError(f"topic {topic!r} has no consumer group {name!r}")
+            ack_wait, token, state, reason = row
+            if state == "stopped":
+                raise GroupStopped(f"consumer group {name!r} of topic {topic!r} stopped: {reason}")
+            now = time.time()
+            states = self._states(conn, topic, name)
+            the_plan, position = decide(states, now)
+            claimed, exhausted = [], []
+            for t in (*the_plan.lease, *the_plan.exhausted):
+                st = states.get(t)
+                fresh = t not in the_plan.exhausted  # an exhausted one is leased to dead-letter it
+                deliveries = (st.deliveries if st is not None else 0) + (1 if fresh else 0)
+                key = encode_time(t)
+                hist_row = conn.execute("SELECT history FROM group_epochs WHERE topic = ? AND "
+                                        "name = ? AND time = ?", (topic, name, key)).fetchone()
+                history = json.loads(hist_row[0]) if hist_row else []
+                if fresh:
+                    history.append([worker, now])
+                conn.execute(
+                    "INSERT OR REPLACE INTO group_epochs (topic, name, time, state, deliveries, "
+                    "token, worker, worker_pid, worker_pid_start, worker_host, deadline, "
+                    "not_before, history) VALUES (?, ?, ?, 'leased', ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+                    (topic, name, key, deliveries, token, worker, pid, process_start(pid), HOST,
+                     now + ack_wait, json.dumps(history)))
+                (claimed if fresh else exhausted).append(Claimed(
+                    t, token, deliveries, now + ack_wait, tuple(tuple(h) for h in history)))
+                token += 1
+            conn.execute("UPDATE groups SET next_token = ? WHERE topic = ? AND name = ?",
+                         (token, topic, name))
+            if position is not None:
+                self._set_position(conn, topic, name, position, states)
+            return claimed, exhausted, position
+
+    def _set_position(self, conn, topic: str, name: str, position, states: dict) -> None:
+        from .frontier import Antichain
+        from .order import by_name
+        order = by_name(conn.execute("SELECT order_name FROM topics WHERE name = ?",
+                                     (topic,)).fetchone()[0])
+        pos = Antichain(order, position)
+        conn.execute("UPDATE groups SET position = ? WHERE topic = ? AND name = ?",
+                     (encode_upper(position), topic, name))
+        if not position:  # () forgets nothing: a stream that continues the log comes later
+            return
+        for t, st in states.items():
+            if st.done() and not pos.less_equal(t):
+                conn.execute("DELETE FROM group_epochs WHERE topic = ? AND name = ? AND "
+                             "time = ?", (topic, name, encode_time(t)))
+
+    def group_settle(self, topic: str, name: str, t: Any, token: int, *, outcome: str,
+                     delay: float = 0.0) -> float:
+        """Settle the lease ``token`` of epoch ``t``: ``outcome`` ``"ack"`` (acked),
+        ``"dead"`` (dead-lettered), ``"nak"`` (free again after ``delay`` seconds) or
+        ``"extend"`` (deadline moved to now + ack_wait; returns the new deadline). Raises
+        :class:`LeaseExpired` if the lease is no longer held by that token or its deadline
+        passed (fencing: an epoch is never completed twice)."""
+        key = encode_time(t)
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT g.ack_wait, e.state, e.token, e.deadline, e.worker FROM group_epochs e "
+                "JOIN groups g ON g.topic = e.topic AND g.name = e.name WHERE e.topic = ? AND "
+                "e.name = ? AND e.time = ?", (topic, name, key)).fetchone()
+            now = time.time()
+            if row is None or row[1] != "leased" or row[2] != token or row[3] < now:
+                why = ("the group forgot it (acked and compacted, or the group was dropped)"
+                       if row is None else
+                       f"it is {row[1]} now" if row[1] != "leased" and row[2] == token else
+                       f"it was leased again (token {row[2]}, worker {row[4]})"
+                       if row[2] != token else
+                       f"its deadline passed {now - row[3]:.3f} s ago")
+                raise LeaseExpired(f"consumer group {name!r} of {topic!r}: the lease of epoch "
+                                   f"{t!r} (token {token}) is no longer held: {why}; the "
+                                   f"{outcome} is refused")
+            if outcome == "extend":
+                conn.execute("UPDATE group_epochs SET deadline = ? WHERE topic = ? AND name = ? "
+                             "AND time = ?", (now + row[0], topic, name, key))
+                return now + row[0]
+            new_state = {"ack": "acked", "dead": "dead", "nak": "free"}[outcome]
+            conn.execute("UPDATE group_epochs SET state = ?, not_before = ?, deadline = 0 "
+                         "WHERE topic = ? AND name = ? AND time = ?",
+                         (new_state, now + delay if outcome == "nak" else 0.0, topic, name, key))
+            return now
+
+    def group_stop(self, topic: str, name: str, reason: str) -> None:
+        """Stop the group (every later fetch raises :class:`GroupStopped`)."""
+        with self._write() as conn:
+            conn.execute("UPDATE groups SET state = 'stopped', reason = ? WHERE topic = ? AND "
+                         "name = ?", (reason, topic, name))
+
+    def group_reset(self, topic: str, name: str) -> None:
+        """Re-activate a stopped group (its exhausted epochs are leased again)."""
+        with self._write() as conn:
+            conn.execute("UPDATE groups SET state = 'active', reason = NULL WHERE topic = ? AND "
+                         "name = ?", (topic, name))
+            conn.execute("UPDATE group_epochs SET deliveries = 0 WHERE topic = ? AND name = ? "
+                         "AND state = 'free'", (topic, name))
