@@ -177,7 +177,9 @@ class GroupCatalog:
 
     def group_claim(self, topic: str, name: str, worker: str, decide: Callable[[dict, float], Any],
                     ) -> tuple[list[Claimed], list[Claimed], tuple | None]:
-        """In one transaction: read the group's epoch states, call ``decide(states, now)`` →
+        """In one transaction: read the group's epoch states, call ``decide(states, now,
+        stored_position)`` (the position stored now: epochs not at or beyond it are settled and
+        their rows may be forgotten, so the decision must ignore them) →
         ``(plan, position)`` (a :class:`~epochstream.leases.Plan` and the new position or
         ``None``), lease ``plan.lease`` to ``worker`` (new fencing tokens, deadline now +
         ack_wait, deliveries + 1) and lease ``plan.exhausted`` to it too, for dead-lettering
@@ -187,16 +189,17 @@ class GroupCatalog:
         position are forgotten. Raises :class:`GroupStopped` if the group stopped."""
         pid = os.getpid()
         with self._write() as conn:
-            row = conn.execute("SELECT ack_wait, next_token, state, reason FROM groups WHERE "
-                               "topic = ? AND name = ?", (topic, name)).fetchone()
+            row = conn.execute("SELECT ack_wait, next_token, state, reason, position FROM groups "
+                               "WHERE topic = ? AND name = ?", (topic, name)).fetchone()
             if row is None:
                 raise CatalogError(f"topic {topic!r} has no consumer group {name!r}")
-            ack_wait, token, state, reason = row
+            ack_wait, token, state, reason, stored = row
             if state == "stopped":
                 raise GroupStopped(f"consumer group {name!r} of topic {topic!r} stopped: {reason}")
             now = time.time()
             states = self._states(conn, topic, name)
-            the_plan, position = decide(states, now)
+            the_plan, position = decide(states, now,
+                                        None if stored is None else decode_upper(stored))
             claimed, exhausted = [], []
             for t in (*the_plan.lease, *the_plan.exhausted):
                 st = states.get(t)

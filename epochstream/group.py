@@ -43,7 +43,7 @@ from .catalog_groups import Claimed, GroupInfo
 from .catalog_liveness import HOST
 from .errors import GroupStopped
 from .events import Epoch
-from .frontier import Antichain
+from .frontier import Antichain, join
 from .history import History
 from .leases import MODES, group_position, plan
 
@@ -207,10 +207,16 @@ class EpochGroup:
         candidates = [t for t, _ in recs]
         total = getattr(order, "name", None) == "total"
 
-        def decide(epoch_states: dict, now: float):
-            p = plan(order, self.mode, candidates, epoch_states, now=now, max_epochs=max_epochs,
+        def decide(epoch_states: dict, now: float, stored: tuple | None):
+            cands = candidates
+            if stored is not None:  # another worker moved the position past some of them
+                at = Antichain(order, stored)
+                cands = [t for t in candidates if at.less_equal(t)]
+            p = plan(order, self.mode, cands, epoch_states, now=now, max_epochs=max_epochs,
                      max_deliver=self.max_deliver)
-            pos = group_position(order, candidates, epoch_states, lower.elements)
+            pos = group_position(order, cands, epoch_states, lower.elements)
+            if stored:  # never backwards (this worker's view may be older than another's)
+                pos = join(order, stored, pos) if pos else stored
             if not pos and total and uppers:  # all settled and the logs finished: a stream
                 pos = (max(uppers) + 1,)      # that continues them starts after their upper
             return p, pos

@@ -1,0 +1,32 @@
+"""A consumer-group worker process for tests: ``group_worker.py CATALOG TOPIC GROUP MODE
+WORK_SECONDS [MAX_EPOCHS]``. Prints ``leased T DELIVERIES`` when it gets a lease, ``acked T`` once
+the ack was accepted, ``refused T`` if the ack was refused, ``done`` at the end (flushed lines;
+times as JSON)."""
+
+import json
+import sys
+import time
+
+from epochstream import Catalog, EpochGroup, LeaseExpired
+
+catalog, topic, name, mode, work = sys.argv[1:6]
+max_epochs = int(sys.argv[6]) if len(sys.argv) > 6 else 1
+group = EpochGroup(topic, name, Catalog(catalog), mode=mode, ack_wait=30.0, poll_interval=0.01)
+print("ready", flush=True)
+while True:
+    leases = group.fetch(max_epochs, expires=5.0)
+    if not leases:
+        break
+    for lease in leases:
+        t = json.dumps(lease.epoch.time)
+        print("leased", t, lease.deliveries, flush=True)
+    for lease in leases:
+        time.sleep(float(work))
+        t = json.dumps(lease.epoch.time)
+        try:
+            lease.ack()
+        except LeaseExpired:
+            print("refused", t, flush=True)
+            continue
+        print("acked", t, flush=True)
+print("done", flush=True)
