@@ -26,6 +26,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:  # the lazy names below, with their real types for type checkers
     from .catalog import Catalog as Catalog
     from .events import DataMessage as DataMessage, Epoch as Epoch, Gap as Gap
+    from .events import FetchResult as FetchResult
     from .events import InitialFrontierSnapshot as InitialFrontierSnapshot
     from .events import LowerFrontierUpdate as LowerFrontierUpdate
     from .frontier import Antichain as Antichain, MutableAntichain as MutableAntichain
@@ -42,7 +43,7 @@ _LAZY = {
     "TOTAL": "order", "product": "order",
     "Antichain": "frontier", "MutableAntichain": "frontier",
     "Epoch": "events", "Gap": "events", "InitialFrontierSnapshot": "events",
-    "LowerFrontierUpdate": "events", "DataMessage": "events",
+    "LowerFrontierUpdate": "events", "DataMessage": "events", "FetchResult": "events",
     "EpochAssembler": "protocol", "PublisherProtocol": "protocol", "SubscriberProtocol": "protocol",
     "Publisher": "transport", "Subscriber": "transport",
     "Catalog": "catalog",

@@ -10,8 +10,9 @@ Tables (schema version 3)::
         position (JSON frontier: every epoch not at or beyond it is acked or dead-lettered),
         next_token (the next lease's fencing token), state ('active' | 'stopped'),
         reason (why it stopped), created_at
-    group_epochs  -- one row per epoch the group has handed out (at or beyond its position)
-        topic, name, time (JSON), state ('free' | 'leased' | 'acked' | 'dead'), deliveries,
+    group_epochs  -- one row per unit the group has handed out (at or beyond its position): a
+                  -- whole epoch (bucket -1) or, in key_shared mode, one bucket of an epoch
+        topic, name, time (JSON), bucket, state ('free' | 'leased' | 'acked' | 'dead'), deliveries,
         token (of the current or last lease), worker (id of the leasing worker), worker_pid,
         worker_pid_start, worker_host, deadline (time.time() seconds), not_before (seconds),
         history (JSON list of [worker, time.time()] per delivery)
@@ -51,6 +52,7 @@ GROUPS_DDL = (
         topic TEXT NOT NULL,
         name TEXT NOT NULL,
         time TEXT NOT NULL,
+        bucket INTEGER NOT NULL DEFAULT -1,
         state TEXT NOT NULL CHECK (state IN ('free', 'leased', 'acked', 'dead')),
         deliveries INTEGER NOT NULL DEFAULT 0,
         token INTEGER NOT NULL DEFAULT 0,
@@ -61,7 +63,7 @@ GROUPS_DDL = (
         deadline REAL NOT NULL DEFAULT 0,
         not_before REAL NOT NULL DEFAULT 0,
         history TEXT NOT NULL DEFAULT '[]',
-        PRIMARY KEY (topic, name, time),
+        PRIMARY KEY (topic, name, time, bucket),
         FOREIGN KEY (topic, name) REFERENCES groups(topic, name) ON DELETE CASCADE)""",
 )
 
@@ -70,7 +72,8 @@ GROUPS_DDL = (
 class GroupInfo:
     """A consumer group as stored: definition, ``position`` (a tuple of times or ``None``
     before its first fetch), ``state`` (``"active"``/``"stopped"``) and ``reason``, plus
-    ``leased``/``acked``/``dead`` (epochs at or beyond the position in each state)."""
+    ``leased``/``acked``/``dead`` (units ``(time, bucket)`` at or beyond the position in each
+    state; bucket ``-1`` is a whole epoch)."""
 
     topic: str
     name: str
@@ -88,11 +91,12 @@ class GroupInfo:
 
 @dataclass(frozen=True)
 class Claimed:
-    """One lease taken by :meth:`GroupCatalog.group_claim`: ``time``, fencing ``token``,
+    """One lease taken by :meth:`GroupCatalog.group_claim`: ``unit`` ``(time, bucket)``,
+    fencing ``token``,
     ``deliveries`` (this one included), ``deadline`` (``time.time()`` seconds) and the delivery
     ``history`` (``[[worker, time.time()], ...]``)."""
 
-    time: Any
+    unit: tuple
     token: int
     deliveries: int
     deadline: float
@@ -135,10 +139,11 @@ class GroupCatalog:
             raise CatalogError(f"topic {topic!r} has no consumer group {name!r}")
         mode, ack_wait, max_deliver, dead_letter, position, state, reason = row
         by_state: dict[str, list] = {"leased": [], "acked": [], "dead": []}
-        for t, st in conn.execute("SELECT time, state FROM group_epochs WHERE topic = ? AND "
-                                  "name = ?", (topic, name)):
+        for t, b, st in conn.execute("SELECT time, bucket, state FROM group_epochs WHERE "
+                                     "topic = ? AND name = ? ORDER BY time, bucket",
+                                     (topic, name)):
             if st in by_state:
-                by_state[st].append(decode_time(t))
+                by_state[st].append((decode_time(t), b))
         return GroupInfo(topic, name, mode, ack_wait, max_deliver, dead_letter,
                          None if position is None else decode_upper(position), state, reason,
                          tuple(by_state["leased"]), tuple(by_state["acked"]),
@@ -167,12 +172,12 @@ class GroupCatalog:
     @staticmethod
     def _states(conn, topic: str, name: str) -> dict:
         out = {}
-        for t, st, deliveries, deadline, not_before, pid, pid_start, host in conn.execute(
-                "SELECT time, state, deliveries, deadline, not_before, worker_pid, "
+        for t, b, st, deliveries, deadline, not_before, pid, pid_start, host in conn.execute(
+                "SELECT time, bucket, state, deliveries, deadline, not_before, worker_pid, "
                 "worker_pid_start, worker_host FROM group_epochs WHERE topic = ? AND name = ?",
                 (topic, name)):
             alive = st != "leased" or pid is None or pid_alive(pid, pid_start, host)
-            out[decode_time(t)] = EpochState(st, deliveries, deadline, not_before, alive)
+            out[(decode_time(t), b)] = EpochState(st, deliveries, deadline, not_before, alive)
         return out
 
     def group_claim(self, topic: str, name: str, worker: str, decide: Callable[[dict, float], Any],
@@ -201,24 +206,26 @@ class GroupCatalog:
             the_plan, position = decide(states, now,
                                         None if stored is None else decode_upper(stored))
             claimed, exhausted = [], []
-            for t in (*the_plan.lease, *the_plan.exhausted):
-                st = states.get(t)
-                fresh = t not in the_plan.exhausted  # an exhausted one is leased to dead-letter it
+            for unit in (*the_plan.lease, *the_plan.exhausted):
+                st = states.get(unit)
+                fresh = unit not in the_plan.exhausted  # exhausted: leased to dead-letter it
                 deliveries = (st.deliveries if st is not None else 0) + (1 if fresh else 0)
-                key = encode_time(t)
+                key, bucket = encode_time(unit[0]), unit[1]
                 hist_row = conn.execute("SELECT history FROM group_epochs WHERE topic = ? AND "
-                                        "name = ? AND time = ?", (topic, name, key)).fetchone()
+                                        "name = ? AND time = ? AND bucket = ?",
+                                        (topic, name, key, bucket)).fetchone()
                 history = json.loads(hist_row[0]) if hist_row else []
                 if fresh:
                     history.append([worker, now])
                 conn.execute(
-                    "INSERT OR REPLACE INTO group_epochs (topic, name, time, state, deliveries, "
-                    "token, worker, worker_pid, worker_pid_start, worker_host, deadline, "
-                    "not_before, history) VALUES (?, ?, ?, 'leased', ?, ?, ?, ?, ?, ?, ?, 0, ?)",
-                    (topic, name, key, deliveries, token, worker, pid, process_start(pid), HOST,
-                     now + ack_wait, json.dumps(history)))
+                    "INSERT OR REPLACE INTO group_epochs (topic, name, time, bucket, state, "
+                    "deliveries, token, worker, worker_pid, worker_pid_start, worker_host, "
+                    "deadline, not_before, history) VALUES (?, ?, ?, ?, 'leased', ?, ?, ?, ?, ?, "
+                    "?, ?, 0, ?)",
+                    (topic, name, key, bucket, deliveries, token, worker, pid, process_start(pid),
+                     HOST, now + ack_wait, json.dumps(history)))
                 (claimed if fresh else exhausted).append(Claimed(
-                    t, token, deliveries, now + ack_wait, tuple(tuple(h) for h in history)))
+                    unit, token, deliveries, now + ack_wait, tuple(tuple(h) for h in history)))
                 token += 1
             conn.execute("UPDATE groups SET next_token = ? WHERE topic = ? AND name = ?",
                          (token, topic, name))
@@ -236,24 +243,28 @@ class GroupCatalog:
                      (encode_upper(position), topic, name))
         if not position:  # () forgets nothing: a stream that continues the log comes later
             return
-        for t, st in states.items():
+        for (t, b), st in states.items():
             if st.done() and not pos.less_equal(t):
                 conn.execute("DELETE FROM group_epochs WHERE topic = ? AND name = ? AND "
-                             "time = ?", (topic, name, encode_time(t)))
+                             "time = ? AND bucket = ?", (topic, name, encode_time(t), b))
 
-    def group_settle(self, topic: str, name: str, t: Any, token: int, *, outcome: str,
+    def group_settle(self, topic: str, name: str, unit: tuple, token: int, *, outcome: str,
                      delay: float = 0.0) -> float:
-        """Settle the lease ``token`` of epoch ``t``: ``outcome`` ``"ack"`` (acked),
+        """Settle the lease ``token`` of ``unit`` ``(time, bucket)``: ``outcome`` ``"ack"`` (acked),
         ``"dead"`` (dead-lettered), ``"nak"`` (free again after ``delay`` seconds) or
         ``"extend"`` (deadline moved to now + ack_wait; returns the new deadline). Raises
         :class:`LeaseExpired` if the lease is no longer held by that token or its deadline
         passed (fencing: an epoch is never completed twice)."""
+        t, bucket = unit
         key = encode_time(t)
+        where = "topic = ? AND name = ? AND time = ? AND bucket = ?"
+        args = (topic, name, key, bucket)
+        what = f"epoch {t!r}" if bucket < 0 else f"bucket {bucket} of epoch {t!r}"
         with self._write() as conn:
             row = conn.execute(
                 "SELECT g.ack_wait, e.state, e.token, e.deadline, e.worker FROM group_epochs e "
                 "JOIN groups g ON g.topic = e.topic AND g.name = e.name WHERE e.topic = ? AND "
-                "e.name = ? AND e.time = ?", (topic, name, key)).fetchone()
+                "e.name = ? AND e.time = ? AND e.bucket = ?", args).fetchone()
             now = time.time()
             if row is None or row[1] != "leased" or row[2] != token or row[3] < now:
                 why = ("the group forgot it (acked and compacted, or the group was dropped)"
@@ -262,17 +273,17 @@ class GroupCatalog:
                        f"it was leased again (token {row[2]}, worker {row[4]})"
                        if row[2] != token else
                        f"its deadline passed {now - row[3]:.3f} s ago")
-                raise LeaseExpired(f"consumer group {name!r} of {topic!r}: the lease of epoch "
-                                   f"{t!r} (token {token}) is no longer held: {why}; the "
-                                   f"{outcome} is refused")
+                raise LeaseExpired(f"consumer group {name!r} of {topic!r}: the lease of {what} "
+                                   f"(token {token}) is no longer held: {why}; the {outcome} "
+                                   f"is refused")
             if outcome == "extend":
-                conn.execute("UPDATE group_epochs SET deadline = ? WHERE topic = ? AND name = ? "
-                             "AND time = ?", (now + row[0], topic, name, key))
+                conn.execute(f"UPDATE group_epochs SET deadline = ? WHERE {where}",
+                             (now + row[0], *args))
                 return now + row[0]
             new_state = {"ack": "acked", "dead": "dead", "nak": "free"}[outcome]
-            conn.execute("UPDATE group_epochs SET state = ?, not_before = ?, deadline = 0 "
-                         "WHERE topic = ? AND name = ? AND time = ?",
-                         (new_state, now + delay if outcome == "nak" else 0.0, topic, name, key))
+            conn.execute(f"UPDATE group_epochs SET state = ?, not_before = ?, deadline = 0 "
+                         f"WHERE {where}",
+                         (new_state, now + delay if outcome == "nak" else 0.0, *args))
             return now
 
     def group_stop(self, topic: str, name: str, reason: str) -> None:

@@ -4,11 +4,19 @@ Commands (``epochstream COMMAND --help`` for each):
 
 - ``epochstream topics [--catalog PATH]`` — list the catalog's topics and their partitions
   (live / closed / aborted / dead / unregistered).
-- ``epochstream tail TOPIC [--records] [--json] [--wait S] [--max-epochs N] [--timeout S]`` —
-  attach to a running dataflow and print each complete epoch (time, records, bytes, lag).
-  Data goes to stdout (plain text unless stdout is a terminal; JSON lines with ``--json``),
-  headers and summaries to stderr; a closed pipe (``| head``) ends it quietly with status 0.
-- ``epochstream drop TOPIC [--force]`` — delete a topic from the catalog.
+- ``epochstream tail TOPIC [--records] [--json] [--wait S] [--max-epochs N] [--timeout S]
+  [--from earliest|latest|TIME] [--durable NAME [--takeover]]`` — attach to a running dataflow
+  (or replay its retained history from a position) and print each complete epoch (time,
+  records, bytes, lag); with ``--durable`` each epoch is acked once printed. Data goes to stdout
+  (plain text unless stdout is a terminal; JSON lines with ``--json``), headers and summaries to
+  stderr; a closed pipe (``| head``) ends it quietly with status 0.
+- ``epochstream history TOPIC [--since T] [--until T] [--records] [--json]`` — print the
+  retained epochs of a topic from its epoch logs, with no live publisher.
+- ``epochstream durable ls [TOPIC]``, ``durable reset TOPIC NAME [--to ...]``, ``durable drop
+  TOPIC NAME`` — durable subscriptions: list, re-arm at a position (reporting what that skips),
+  delete.
+- ``epochstream drop TOPIC [--force]`` — delete a topic from the catalog, its durable
+  subscriptions and its epoch logs.
 - ``epochstream demo [--days N] [--pace S] [--catalog PATH]`` — run the bundled demo.
 - ``epochstream --version``; ``python -m epochstream`` is the same command.
 
@@ -17,12 +25,15 @@ Commands (``epochstream COMMAND --help`` for each):
 ``topics``, ``tail`` and ``drop`` never create a catalog: a path with none is refused (status 2).
 
 Exit statuses: 0 the stream ended (or the command succeeded); 1 a publisher was lost, dead or
-aborted, ``--timeout`` passed, or another runtime error (message on stderr); 2 bad usage, no
-catalog at the path, unknown topic, or a closed topic; 130 interrupted with Ctrl-C.
+aborted, ``--timeout`` passed, a durable subscription is held by another live subscriber (or
+was taken over), a corrupt epoch log, or another runtime error (message on stderr); 2 bad usage,
+no catalog at the path, unknown topic, a closed topic, a position older than the retained
+history, or an expired durable subscription; 130 interrupted with Ctrl-C.
 
 This module declares the commands, their options and help texts; the work is done in the
 modules of :mod:`epochstream._cli` (consoles and exit statuses, the catalog, the topics table,
-finding and following a topic for ``tail``) and, for ``demo``, in :mod:`epochstream.demo`.
+finding and following a topic for ``tail``, positions, history and durable subscriptions) and,
+for ``demo``, in :mod:`epochstream.demo`.
 """
 
 from __future__ import annotations
@@ -35,12 +46,17 @@ from rich.markup import escape
 from . import __version__
 from . import demo as _demo
 from ._cli.catalogs import open_existing_catalog, unknown_topic
+from ._cli.durable import (durable_json, durables_table, find_durable, refuse_if_held,
+                           reset_report, reset_target)
+from ._cli.formats import fmt_bytes
+from ._cli.history import HistoryWriter, delete_logs, print_history
 from ._cli.lookup import find_topic, publishers
+from ._cli.positions import TIME_HELP, fmt_position, parse_position
 # EXIT_CLOSED and EXIT_UNKNOWN_TOPIC (both EXIT_USAGE) stay importable from here for callers of
 # earlier versions
 from ._cli.output import (EXIT_CLOSED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK,  # noqa: F401
                           EXIT_UNKNOWN_TOPIC, EXIT_USAGE, err, fail, out)
-from ._cli.tail import follow
+from ._cli.tail import Start, follow
 from ._cli.tail_output import TailWriter
 from ._cli.topics import topics_table
 from .errors import EpochstreamError, TopicNotFound
@@ -51,16 +67,34 @@ __all__ = ["app", "main", "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_INTERRUPT
 EXIT_STATUS_HELP = (
     "Exit status:\n\n\b\n"
     "  0    the stream ended (every partition closed), or --max-epochs reached\n"
-    "  1    a publisher was lost, dead or aborted; --timeout passed; other errors\n"
-    "  2    bad usage; no catalog at the path; unknown topic; topic closed\n"
+    "  1    a publisher was lost, dead or aborted; --timeout passed; the durable\n"
+    "       subscription is held by a live subscriber; other errors\n"
+    "  2    bad usage; no catalog at the path; unknown topic; topic closed;\n"
+    "       --from older than the retained history; durable subscription expired\n"
     "  130  interrupted (Ctrl-C)\n\n"
-    "Getting started: docs/index.md."
+    "Getting started: docs/index.md; durable history: docs/history.md."
 )
 DROP_STATUS_HELP = (
     "Exit status:\n\n\b\n"
     "  0    dropped\n"
     "  1    refused: a publisher is live (see --force); other errors\n"
     "  2    bad usage; no catalog at the path; unknown topic\n"
+)
+HISTORY_STATUS_HELP = (
+    "Exit status:\n\n\b\n"
+    "  0    every retained epoch asked for was printed\n"
+    "  1    a segment failed its checksum (HistoryCorrupt); other errors\n"
+    "  2    bad usage; no catalog at the path; unknown topic; the topic keeps no\n"
+    "       history; --since older than the retained history\n"
+    "  130  interrupted (Ctrl-C)\n\n"
+    "Durable history: docs/history.md."
+)
+DURABLE_STATUS_HELP = (
+    "Exit status:\n\n\b\n"
+    "  0    done\n"
+    "  1    refused: a live subscriber holds it (see --force); other errors\n"
+    "  2    bad usage; no catalog at the path; unknown topic or name; a position\n"
+    "       that is not retained\n"
 )
 
 app = typer.Typer(
@@ -134,7 +168,10 @@ def topics(catalog: Optional[str] = _catalog_option("to read")) -> None:
          "waiting notices and the final summary go to stderr. Ends when every partition has "
          "closed, after --max-epochs, when the reader of a pipe goes away (e.g. '| head'), or "
          "on Ctrl-C. A topic whose publishers have ended (closed, dead or aborted) is reported "
-         "at once, unless --wait gives them time to start again.",
+         "at once, unless --wait gives them time to start again. With --from (or --durable) "
+         "it starts at a position instead: retained epochs come from the topic's history, "
+         "then the live stream, with no gap and no epoch twice; a closed topic is replayed "
+         "up to its end.",
     epilog=EXIT_STATUS_HELP,
 )
 def tail(
@@ -156,23 +193,203 @@ def tail(
     timeout: Optional[float] = typer.Option(
         None, "--timeout", min=0.0, metavar="SECONDS", show_default=False,
         help="Give up (status 1) when no epoch completes for SECONDS (default: wait forever)."),
+    start: Optional[str] = typer.Option(
+        None, "--from", metavar="POSITION", show_default=False,
+        help="Where to start: latest (default: the epochs no partition had begun), earliest "
+             "(everything retained) or a time, every epoch at or beyond it: "
+             f"{TIME_HELP}. Needs the topic's history (publishers with retention)."),
+    durable: Optional[str] = typer.Option(
+        None, "--durable", metavar="NAME",
+        help="Follow the durable subscription NAME (created at --from on first use): resume "
+             "at its acked position and ack each epoch once it is printed."),
+    takeover: bool = typer.Option(
+        False, "--takeover",
+        help="With --durable: take the subscription over from a live holder (whose acks are "
+             "refused from then on)."),
 ) -> None:
     cat = open_existing_catalog(catalog)
+    if takeover and durable is None:
+        raise fail("--takeover needs --durable NAME", EXIT_USAGE)
+    replays = durable is not None or (start is not None and start.strip() != "latest")
     try:
-        info = find_topic(cat, topic, wait)
+        info = find_topic(cat, topic, wait, replays=replays)
     except KeyboardInterrupt:
         err().print("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except EpochstreamError as e:
         raise fail(str(e)) from None
-    follow(cat, topic, info, TailWriter(as_json=as_json, records=records), max_epochs, timeout)
+    begin = Start(durable=durable, takeover=takeover)
+    if start is not None:
+        try:
+            value = parse_position(info.order, start, allow=("earliest", "latest"))[0]
+        except ValueError as e:
+            raise fail(f"bad --from {start!r}: {e}", EXIT_USAGE) from None
+        begin = Start(value, True, durable, takeover)
+    follow(cat, topic, info, TailWriter(as_json=as_json, records=records), max_epochs, timeout,
+           begin)
+
+
+# ---- history ----------------------------------------------------------------------------------
+
+
+@app.command(
+    short_help="Print the retained epochs of a topic from its epoch logs.",
+    help="Print the complete epochs of TOPIC that its epoch logs retain, read from disk with no "
+         "live publisher: one line per epoch (time, records, payload bytes, when it "
+         "completed), in an order consistent with the topic's order. --since is inclusive "
+         "(epochs at or beyond it), --until exclusive (epochs not at or beyond it). Data goes "
+         "to stdout, the header and summary to stderr. Only topics published with retention "
+         "keep history.",
+    epilog=HISTORY_STATUS_HELP,
+)
+def history(
+    topic: str = typer.Argument(..., metavar="TOPIC", hidden=True),
+    catalog: Optional[str] = _catalog_option("to read"),
+    since: Optional[str] = typer.Option(
+        None, "--since", metavar="POSITION", show_default=False,
+        help=f"Only epochs at or beyond POSITION: earliest (default) or {TIME_HELP}."),
+    until: Optional[str] = typer.Option(
+        None, "--until", metavar="POSITION", show_default=False,
+        help="Only epochs not at or beyond POSITION (default: every retained epoch)."),
+    records: bool = typer.Option(False, "--records", "-r",
+                                 help="Also print each epoch's records (one per line)."),
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="Print JSON lines instead: one object per epoch {time, records, bytes, "
+             "completed_at}, or with --records one per record {time, record}."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    print_history(cat, topic, since, until, HistoryWriter(as_json=as_json, records=records))
+
+
+# ---- durable ----------------------------------------------------------------------------------
+
+
+durable_app = typer.Typer(
+    name="durable",
+    help="List, reset and drop durable subscriptions: positions the catalog holds for "
+         "subscribers created with durable=NAME (or epochstream tail --durable NAME).",
+    epilog=DURABLE_STATUS_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(durable_app, name="durable",
+              short_help="List, reset and drop durable subscriptions.")
+
+
+@durable_app.command(
+    "ls", short_help="List durable subscriptions and their positions.",
+    help="List the durable subscriptions (of TOPIC, or of every topic): the acked position "
+         "(every epoch not at or beyond it was acked), epochs acked out of order beyond it, "
+         "the state (active, or expired: retention deleted epochs it had not acked), who holds "
+         "it and whether that process still runs, and when it last acked.",
+    epilog=DURABLE_STATUS_HELP)
+def durable_ls(
+    topic: Optional[str] = typer.Argument(None, metavar="[TOPIC]", hidden=True),
+    catalog: Optional[str] = _catalog_option("to read"),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print one JSON object per durable subscription."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    try:
+        if topic is not None:
+            cat.lookup(topic)
+        found = cat.durables(topic)
+    except TopicNotFound as e:
+        raise unknown_topic(cat, e, can_wait=False) from None
+    except EpochstreamError as e:
+        raise fail(str(e)) from None
+    console = out()
+    if as_json:
+        for d in found:
+            console.print(durable_json(d), soft_wrap=True, markup=False)
+        return
+    where = f"topic {topic!r} in catalog {cat.path}" if topic else f"catalog {cat.path}"
+    if not found:
+        console.print(escape(f"no durable subscriptions in {where}"), soft_wrap=True)
+        return
+    console.print(escape(f"durable subscriptions in {where}"), soft_wrap=True)
+    console.print(durables_table(cat, found))
+    for d in found:
+        if d.state == "expired":
+            err().print(escape(f"{d.name!r} of {d.topic!r} expired: {d.reason}; to go on from "
+                               f"what is retained: epochstream durable reset {d.topic} {d.name}"),
+                        soft_wrap=True)
+
+
+@durable_app.command(
+    "reset", short_help="Move a durable subscription to another position.",
+    help="Move the durable subscription NAME of TOPIC to --to (default: earliest, everything "
+         "retained), active again and free, and say which epochs that skips (at or beyond the "
+         "old position, not at or beyond the new one) or delivers again, like Materialize's "
+         "RESET. Epochs acked out of order are forgotten. Refused while a live subscriber "
+         "holds it, unless --force.",
+    epilog=DURABLE_STATUS_HELP)
+def durable_reset(
+    topic: str = typer.Argument(..., metavar="TOPIC", hidden=True),
+    name: str = typer.Argument(..., metavar="NAME", hidden=True),
+    to: str = typer.Option(
+        "earliest", "--to", metavar="POSITION", show_default=False,
+        help="earliest (default: everything retained), latest (the first epochs not complete "
+             f"yet) or {TIME_HELP}."),
+    catalog: Optional[str] = _catalog_option("to change"),
+    force: bool = typer.Option(False, "--force", "-f",
+                               help="Reset it even while a live subscriber holds it."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    try:
+        order = cat.lookup(topic).order
+        d = find_durable(cat, topic, name)
+        if not force:
+            refuse_if_held(d, "reset")
+        new = reset_target(cat, topic, order, to)
+        lines = reset_report(cat, d, order, new)
+        cat.durable_reset(topic, name, list(new))
+    except TopicNotFound as e:
+        raise unknown_topic(cat, e, can_wait=False) from None
+    except EpochstreamError as e:
+        raise fail(str(e)) from None
+    console = out()
+    for line in lines:
+        console.print(escape(line), soft_wrap=True)
+
+
+@durable_app.command(
+    "drop", short_help="Delete a durable subscription.",
+    help="Delete the durable subscription NAME of TOPIC: its position is forgotten and "
+         "retention no longer waits for it. Refused while a live subscriber holds it, unless "
+         "--force.",
+    epilog=DURABLE_STATUS_HELP)
+def durable_drop(
+    topic: str = typer.Argument(..., metavar="TOPIC", hidden=True),
+    name: str = typer.Argument(..., metavar="NAME", hidden=True),
+    catalog: Optional[str] = _catalog_option("to change"),
+    force: bool = typer.Option(False, "--force", "-f",
+                               help="Drop it even while a live subscriber holds it."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    try:
+        order = cat.lookup(topic).order
+        d = find_durable(cat, topic, name)
+        if not force:
+            refuse_if_held(d, "drop")
+        cat.durable_drop(topic, name)
+    except TopicNotFound as e:
+        raise unknown_topic(cat, e, can_wait=False) from None
+    except EpochstreamError as e:
+        raise fail(str(e)) from None
+    out().print(escape(f"dropped durable subscription {name!r} of topic {topic!r} (it was at "
+                       f"{fmt_position(order, d.position)})"), soft_wrap=True)
 
 
 # ---- drop -------------------------------------------------------------------------------------
 
 
 @app.command(short_help="Delete a topic from the catalog.",
-             help="Delete TOPIC and its partitions from the catalog. A topic with a live "
+             help="Delete TOPIC, its partitions and its durable subscriptions from the catalog, "
+                  "and the segment files of its epoch logs from disk. A topic with a live "
                   "publisher is refused (status 1) unless --force is given.",
              epilog=DROP_STATUS_HELP)
 def drop(
@@ -192,13 +409,29 @@ def drop(
                        f"({publishers(live, info.partitions)})",
                        EXIT_ERROR,
                        hint="stop the publisher first, or pass --force to drop the topic anyway")
+        logs = cat.history_states(topic)  # read before the rows go
+        durables = cat.durables(topic)
         cat.drop_topic(topic)
     except TopicNotFound as e:
-        raise unknown_topic(cat, e) from None
+        raise unknown_topic(cat, e, can_wait=False) from None
     except EpochstreamError as e:
         raise fail(str(e)) from None
-    out().print(f"dropped topic {escape(repr(topic))} ({info.partitions} partition(s)) from "
-                f"catalog {escape(str(cat.path))}", soft_wrap=True)
+    try:
+        deleted = delete_logs(logs)
+    except OSError as e:
+        raise fail(f"dropped topic {topic!r} from catalog {cat.path}, but could not delete its "
+                   f"epoch logs: {e}", hint="delete the directories by hand: "
+                   + ", ".join(s.dir for s in logs.values())) from None
+    console = out()
+    extra = f" and {len(durables)} durable subscription(s)" if durables else ""
+    console.print(escape(f"dropped topic {topic!r} ({info.partitions} partition(s)){extra} "
+                         f"from catalog {cat.path}"), soft_wrap=True)
+    for d in deleted:
+        console.print(escape(f"deleted the epoch log of partition {d.partition}: {d.dir} "
+                             f"({d.segments} segment(s), {fmt_bytes(d.bytes)})"), soft_wrap=True)
+        if d.kept:
+            err().print(escape(f"kept {d.dir}: it holds files that are not segments "
+                               f"({', '.join(d.kept)})"), soft_wrap=True)
 
 
 # ---- demo -------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ What a :class:`~epochstream.transport.Subscriber` yields:
 - :class:`DataMessage` and :class:`LowerFrontierUpdate` as they arrive (``Subscriber.events()``);
 - :class:`Gap` — the subscriber re-joined its topic (``recover=True``) and may have missed the
   epochs it describes; after a ``Gap`` the merged lower frontier is announced afresh, as ``+1``
-  changes from the empty frontier.
+  changes from the empty frontier;
+- :class:`FetchResult` — the whole epochs one ``Subscriber.fetch()`` returned, with a status.
 
 Until release 0.3, ``for message, nbytes in sub.events()`` (and ``item[0]``, ``item[1]``) keeps
 working: an event then acts as the pair ``(event, nbytes)``, with a :class:`DeprecationWarning`
@@ -26,10 +27,12 @@ working: an event then acts as the pair ``(event, nbytes)``, with a :class:`Depr
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["InitialFrontierSnapshot", "LowerFrontierUpdate", "DataMessage", "Epoch", "Gap"]
+__all__ = ["InitialFrontierSnapshot", "LowerFrontierUpdate", "DataMessage", "Epoch", "Gap",
+           "FetchResult"]
 
 
 class _PairShim:
@@ -141,3 +144,72 @@ class Gap(_PairShim):
         if not any(le(s, t) for s in self.since):
             return False
         return not any(le(u, t) for u in self.until) or any(le(t, u) for u in self.through)
+
+
+#: the statuses of a :class:`FetchResult`
+FETCH_STATUSES = ("ok", "timeout", "no_data", "epoch_too_large")
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class FetchResult(Sequence):
+    """What one ``Subscriber.fetch()`` returned: a read-only sequence of whole :class:`Epoch`
+    objects (``len``, indexing, slicing to a tuple, iteration; empty is falsy), in the order
+    ``Subscriber.epochs()`` would have yielded them.
+
+    - ``epochs``: the same epochs, as a tuple;
+    - ``status``: ``"ok"`` — at least one epoch; ``"timeout"`` — no epoch, and the pull waited
+      its whole ``expires``; ``"no_data"`` — no epoch, returned without waiting out an
+      ``expires``: ``no_wait=True`` found none ready, the stream ended (``finished``), the pull
+      was superseded (``superseded``), or a failure is pending (raised by the next call);
+      ``"epoch_too_large"`` — exactly one epoch, larger on its own than the pull's
+      ``max_bytes`` (handed out anyway: it could never fit, and holding it back would stall the
+      stream);
+    - ``gaps``: the :class:`Gap` events (``recover=True``) the pull met, in order, whatever its
+      status; each one's ``last_epoch`` names the last epoch handed out before it;
+    - ``finished``: the stream ended (every partition finished) and every epoch was handed out:
+      later pulls return ``"no_data"`` at once;
+    - ``superseded``: a newer ``fetch()`` (from another thread) cut this one short; it returned
+      what it had.
+
+    :attr:`nbytes` is the sum of the epochs' ``nbytes`` (encoded payload bytes)."""
+
+    epochs: tuple = ()
+    status: str = "no_data"
+    gaps: tuple = ()
+    finished: bool = False
+    superseded: bool = False
+
+    def __post_init__(self):
+        if self.status not in FETCH_STATUSES:
+            raise ValueError(f"FetchResult status must be one of {FETCH_STATUSES}, "
+                             f"got {self.status!r}")
+        object.__setattr__(self, "epochs", tuple(self.epochs))
+        object.__setattr__(self, "gaps", tuple(self.gaps))
+        n = len(self.epochs)
+        if (n == 0) != (self.status in ("timeout", "no_data")) or \
+                (self.status == "epoch_too_large" and n != 1):
+            raise ValueError(f"FetchResult status {self.status!r} with {n} epochs")
+
+    def __len__(self) -> int:
+        return len(self.epochs)
+
+    def __getitem__(self, i):
+        return self.epochs[i]
+
+    def __iter__(self):
+        return iter(self.epochs)
+
+    @property
+    def nbytes(self) -> int:
+        """Total encoded payload bytes of the epochs (the quantity ``max_bytes`` bounds)."""
+        return sum(e.nbytes for e in self.epochs)
+
+    @property
+    def times(self) -> list:
+        """The epochs' times, in order."""
+        return [e.time for e in self.epochs]
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("gaps", "finished", "superseded")
+                        if getattr(self, k))
+        return f"FetchResult(status={self.status!r}, times={self.times!r}, nbytes={self.nbytes}{extra})"

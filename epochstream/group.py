@@ -33,10 +33,13 @@ from __future__ import annotations
 
 import logging
 import math
+import zlib
 import os
 import time as _time
 import uuid
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+import msgpack
 
 from .catalog import Catalog
 from .catalog_groups import Claimed, GroupInfo
@@ -45,7 +48,7 @@ from .errors import GroupStopped
 from .events import Epoch
 from .frontier import Antichain, join
 from .history import History
-from .leases import MODES, group_position, plan
+from .leases import MODES, WHOLE, group_position, plan
 
 __all__ = ["EpochGroup", "Lease"]
 
@@ -62,17 +65,19 @@ class Lease:
     """One epoch leased to this worker: ``epoch`` (the whole :class:`~epochstream.events.Epoch`),
     ``deliveries`` (how many times it was handed out, this one included), ``token`` (the
     fencing token), ``deadline`` (``time.time()`` seconds when the lease ends unless extended),
-    ``history`` (``((worker, time.time()), ...)`` per delivery).
+    ``history`` (``((worker, time.time()), ...)`` per delivery); in ``key_shared`` mode
+    ``bucket`` (the epoch holds only that bucket's records), else ``None``.
 
     :meth:`ack`, :meth:`nak` and :meth:`in_progress` raise
     :class:`~epochstream.errors.LeaseExpired` when the lease is no longer held (deadline passed,
     leased again, settled already): an epoch is never completed twice."""
 
-    __slots__ = ("group", "epoch", "deliveries", "token", "deadline", "history")
+    __slots__ = ("group", "epoch", "bucket", "deliveries", "token", "deadline", "history")
 
     def __init__(self, group: "EpochGroup", epoch: Epoch, claimed: Claimed):
         self.group = group
         self.epoch = epoch
+        self.bucket = claimed.unit[1] if claimed.unit[1] != WHOLE else None
         self.deliveries = claimed.deliveries
         self.token = claimed.token
         self.deadline = claimed.deadline
@@ -96,7 +101,8 @@ class Lease:
         return self.deadline
 
     def __repr__(self) -> str:
-        return (f"Lease(epoch={self.epoch.time!r}, deliveries={self.deliveries}, "
+        bucket = "" if self.bucket is None else f", bucket={self.bucket}"
+        return (f"Lease(epoch={self.epoch.time!r}{bucket}, deliveries={self.deliveries}, "
                 f"token={self.token})")
 
 
@@ -106,8 +112,9 @@ class EpochGroup:
 
     - ``catalog``: a :class:`~epochstream.catalog.Catalog`, a path, or ``None`` (the default);
     - ``mode``: ``"shared"`` (any free epoch to any worker), ``"ordered"`` (one epoch at a
-      time, in order) or ``"partial"`` (an epoch once every epoch ``<`` it is acked:
-      incomparable epochs in parallel) — see :mod:`epochstream.leases`;
+      time, in order), ``"partial"`` (an epoch once every epoch ``<`` it is acked:
+      incomparable epochs in parallel) or ``"key_shared"`` (per-key order: buckets of epochs)
+      — see :mod:`epochstream.leases`;
     - ``ack_wait``: seconds a lease holds before the epoch is offered again (extend it with
       :meth:`Lease.in_progress`); a lease of a worker whose process ended is released at once;
     - ``max_deliver``: deliveries without an ack after which the epoch goes to ``dead_letter``
@@ -115,7 +122,13 @@ class EpochGroup:
       ``{"topic", "group", "time", "deliveries", "codec", "payloads": [[partition, bytes]...]}``
       per dead epoch) or, without one, the group stops with
       :class:`~epochstream.errors.GroupStopped` — never a silent drop;
-    - ``worker``: this worker's name (default ``host:pid:random``).
+    - ``worker``: this worker's name (default ``host:pid:random``);
+    - ``key`` and ``buckets`` (``key_shared`` mode only): the record key — a column name (Arrow
+      topics), a map key or a tuple index (msgpack records), or a function ``record -> key`` —
+      and the number of buckets (default 16). A record goes to bucket
+      ``crc32(msgpack(key)) % buckets`` (stable across processes); a lease is one bucket of one
+      epoch, whole, and the buckets of an epoch are acked separately (the epoch is settled once
+      all its non-empty buckets are).
 
     Raises ``ValueError`` for bad arguments, :class:`~epochstream.errors.TopicNotFound` for an
     unknown topic, :class:`~epochstream.errors.CatalogError` if the group exists with another
@@ -125,7 +138,8 @@ class EpochGroup:
 
     def __init__(self, topic: str, name: str, catalog: Any = None, *, mode: str = "shared",
                  ack_wait: float = 30.0, max_deliver: int = 5, dead_letter: str | None = None,
-                 worker: str | None = None, poll_interval: float = 0.05):
+                 worker: str | None = None, poll_interval: float = 0.05,
+                 key: str | int | Callable[[Any], Any] | None = None, buckets: int = 16):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if isinstance(ack_wait, bool) or not isinstance(ack_wait, (int, float)) or \
@@ -135,6 +149,12 @@ class EpochGroup:
             raise ValueError(f"max_deliver must be an int >= 1, got {max_deliver!r}")
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty str, got {name!r}")
+        if (mode == "key_shared") != (key is not None):
+            raise ValueError("key= is required in key_shared mode, and only there")
+        if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= 4096:
+            raise ValueError(f"buckets must be an int in 1..4096, got {buckets!r}")
+        self.key, self.buckets = key, buckets
+        self._split: dict = {}  # time -> {bucket: records} (key_shared), for leased epochs
         self.topic, self.name, self.mode = topic, name, mode
         self.ack_wait, self.max_deliver, self.dead_letter = float(ack_wait), max_deliver, dead_letter
         self.catalog = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
@@ -204,14 +224,17 @@ class EpochGroup:
             uppers.extend(s.upper)
         recs = self.history.records(since=list(self._position) if self._position else None)
         by_time = dict(recs)
-        candidates = [t for t, _ in recs]
+        if self.mode == "key_shared":
+            candidates = [(t, b) for t, r in recs for b in sorted(self._buckets(t, r))]
+        else:
+            candidates = [(t, WHOLE) for t, _ in recs]
         total = getattr(order, "name", None) == "total"
 
         def decide(epoch_states: dict, now: float, stored: tuple | None):
             cands = candidates
             if stored is not None:  # another worker moved the position past some of them
                 at = Antichain(order, stored)
-                cands = [t for t in candidates if at.less_equal(t)]
+                cands = [u for u in candidates if at.less_equal(u[0])]
             p = plan(order, self.mode, cands, epoch_states, now=now, max_epochs=max_epochs,
                      max_deliver=self.max_deliver)
             pos = group_position(order, cands, epoch_states, lower.elements)
@@ -225,19 +248,57 @@ class EpochGroup:
                                                                 self.worker, decide)
         if position is not None:
             self._position = position
-        self._finished = not lower and not p_left(candidates, position, order)
+        self._finished = not lower and not p_left([u[0] for u in candidates], position, order)
+        if len(self._split) > 1024:
+            self._split.clear()
         for c in exhausted:
-            self._dead_letter(c, by_time[c.time])
-        return [Lease(self, self._epoch(c.time, by_time[c.time]), c) for c in claimed]
+            self._dead_letter(c, by_time[c.unit[0]])
+        return [Lease(self, self._epoch(c.unit, by_time[c.unit[0]]), c) for c in claimed]
 
-    def _epoch(self, t, recs) -> Epoch:
+    def _epoch(self, unit, recs) -> Epoch:
+        t, bucket = unit
         codec = self.history.codec
         chunks = [codec.decode(p) for _, p in self.history.payloads(recs)]
-        return Epoch(t, codec.combine(chunks), len(chunks), sum(r.nbytes for r in recs),
+        records = codec.combine(chunks)
+        if bucket != WHOLE:
+            records = self._split_records(records)[bucket]
+        return Epoch(t, records, len(chunks), sum(r.nbytes for r in recs),
                      max(r.completed_at for r in recs), _time.time())
 
+    # -- key_shared ------------------------------------------------------------------------
+    def _bucket_of(self, k) -> int:
+        return zlib.crc32(msgpack.packb(k, use_bin_type=True, default=str)) % self.buckets
+
+    def _split_records(self, records) -> dict:
+        """``{bucket: records of that bucket}`` (a list, or a ``pyarrow.Table`` for Arrow)."""
+        key = self.key
+        if self.history.codec.name == "arrow":
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            if not isinstance(key, str):
+                raise ValueError("key_shared on an Arrow topic needs key= a column name")
+            values = records.column(key).to_pylist()
+            ids = [self._bucket_of(v) for v in values]
+            arr = pa.array(ids, pa.int32())
+            return {b: records.filter(pc.equal(arr, b)) for b in sorted(set(ids))}
+        out: dict = {}
+        for r in records:
+            k = key(r) if callable(key) else r[key]
+            out.setdefault(self._bucket_of(k), []).append(r)
+        return out
+
+    def _buckets(self, t, recs) -> set:
+        """The non-empty buckets of epoch ``t`` (decoded once per worker, then cached)."""
+        got = self._split.get(t)
+        if got is None:
+            codec = self.history.codec
+            chunks = [codec.decode(p) for _, p in self.history.payloads(recs)]
+            got = self._split[t] = set(self._split_records(codec.combine(chunks)))
+        return got
+
     def _dead_letter(self, claimed: Claimed, recs) -> None:
-        t = claimed.time
+        t, bucket = claimed.unit
         if self.dead_letter is None:
             reason = (f"epoch {t!r} was delivered {claimed.deliveries} times without an ack "
                       f"(max_deliver={self.max_deliver}) and the group has no dead_letter topic")
@@ -249,6 +310,7 @@ class EpochGroup:
 
         record = {"topic": self.topic, "group": self.name,
                   "time": list(t) if isinstance(t, tuple) else t,
+                  "bucket": None if bucket == WHOLE else bucket,
                   "deliveries": [list(h) for h in claimed.history],
                   "codec": self.history.codec.name,
                   "payloads": [[p, bytes(b)] for p, b in self.history.payloads(recs)]}
@@ -266,12 +328,14 @@ class EpochGroup:
                     raise
                 log.debug("dead-letter publish retry: %r", e)
                 _time.sleep(0.05)
-        self.catalog.group_settle(self.topic, self.name, t, claimed.token, outcome="dead")
+        self.catalog.group_settle(self.topic, self.name, claimed.unit, claimed.token,
+                                  outcome="dead")
         log.warning("consumer group %r of %r: epoch %r dead-lettered to %r after %d deliveries",
                     self.name, self.topic, t, self.dead_letter, claimed.deliveries)
 
     def _settle(self, lease: Lease, outcome: str, delay: float = 0.0) -> float:
-        return self.catalog.group_settle(self.topic, self.name, lease.epoch.time, lease.token,
+        unit = (lease.epoch.time, WHOLE if lease.bucket is None else lease.bucket)
+        return self.catalog.group_settle(self.topic, self.name, unit, lease.token,
                                          outcome=outcome, delay=delay)
 
     def reset(self) -> None:

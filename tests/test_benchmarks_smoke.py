@@ -126,3 +126,42 @@ def test_antichain_width_tiny():
     r = bench_scale.antichain_run(4, 0.2)
     assert r["ok"], r.get("error")
     assert r["records"] == r["published_records"] and r["epochs"] == 4 * r["steps"]
+
+
+# -- durable history (issue 11): tiny versions of the ``history`` case --
+
+def test_history_tiny(tmp_path):
+    from benchmarks import bench_history
+    # a retained log written by a live run, then read back three ways; every record counted
+    row, replays = bench_history.live_run("frontier", 0.2, messages_per_epoch=4,
+                                          replays=bench_history.REPLAYS, base=str(tmp_path))
+    assert row["ok"], row.get("detail") or row.get("error")
+    assert row["received_records"] == row["records"] == row["epochs"] * 4 * 1000
+    assert row["log_bytes"] > row["records"] and row["advance"]["n"] == row["epochs"]
+    assert [r["variant"] for r in replays] == list(bench_history.REPLAYS)
+    for r in replays:
+        assert r["ok"], r.get("detail") or r.get("error")
+        assert (r["records"], r["epochs"]) == (row["records"], row["epochs"])
+        assert r["records_per_s"] > 0 and r["first_epoch_ms"] > 0
+    off, none = bench_history.live_run("off", 0.1, base=str(tmp_path))
+    assert off["ok"] and off["log_bytes"] == 0 and none == []
+    fs = bench_history.fsync_cost(5, base=str(tmp_path))
+    assert fs["fsync_100B"]["n"] == 5 and fs["fsync_epoch"]["median_ms"] > 0
+
+
+def test_history_resume_tiny(tmp_path):
+    from benchmarks import bench_history
+    r = bench_history.resume_latency(1, base=str(tmp_path), log=lambda m: None)
+    assert r["ok"], r.get("error") or r["rows"]
+    durable = [x for x in r["rows"] if x["mode"] == "durable"][0]
+    assert durable["epoch"] == durable["position"][0] and durable["history_epochs"] >= 1
+    assert r["summary"]["latest"]["total_ms"]["median"] > 0
+
+
+def test_history_profile_tiny(tmp_path):
+    from benchmarks import bench_history
+    p = bench_history.profile_publisher(0.1, out=tmp_path / "prof.txt")
+    assert set(p["variants"]) == set(bench_history.VARIANTS)
+    assert "os.fsync of the segment" in p["variants"]["frontier"]["functions"]
+    assert "os.fsync of the segment" not in p["variants"]["nofsync"]["functions"]
+    assert (tmp_path / "prof.txt").read_text().count("==== retention") == 3

@@ -52,12 +52,15 @@ def open_existing_catalog(path: Optional[str]) -> Catalog:
     return open_catalog(str(file))
 
 
-def unknown_topic(cat: Catalog, e: TopicNotFound, waited: float = 0.0) -> typer.Exit:
+def unknown_topic(cat: Catalog, e: TopicNotFound, waited: float = 0.0,
+                  can_wait: bool = True) -> typer.Exit:
     """Report a topic missing from ``cat`` (after ``waited`` seconds of ``--wait``), with the
-    topics it has; return the Exit (status 2) to raise."""
+    topics it has; return the Exit (status 2) to raise. ``can_wait``: the command has
+    ``--wait`` (then the hint mentions it)."""
     known = ", ".join(e.existing) if e.existing else "none"
     after = f"; waited {waited:g} s" if waited > 0 else ""
     hint = (f"if its publisher uses another catalog, pass --catalog PATH (or set ${ENV_VAR})"
-            + ("" if waited > 0 else "; to wait for the topic to appear, pass --wait SECONDS"))
+            + ("" if waited > 0 or not can_wait
+               else "; to wait for the topic to appear, pass --wait SECONDS"))
     return fail(f"unknown topic {e.topic!r} in catalog {cat.path} (existing topics: {known})"
                 f"{after}", EXIT_USAGE, hint=hint)

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..catalog import Catalog, PartitionInfo, TopicInfo
-from ..errors import TopicNotFound
+from ..errors import EpochstreamError, TopicNotFound
 from .catalogs import unknown_topic
 from .formats import fmt_when
 from .output import EXIT_CLOSED, EXIT_ERROR, err, fail
@@ -38,8 +38,10 @@ def who(parts: list[PartitionInfo], verb: str, n_partitions: int) -> str:
             f"{fmt_when(max(p.updated_at for p in parts))}")
 
 
-def cannot_tail(info: TopicInfo) -> Optional[tuple[int, str]]:
-    """Why nothing can be tailed from ``info`` now, as (exit status, message); None if it can."""
+def cannot_tail(info: TopicInfo, replays: bool = False) -> Optional[tuple[int, str]]:
+    """Why nothing can be tailed from ``info`` now, as (exit status, message); None if it can.
+    ``replays``: the tail reads history (``--from``, ``--durable``), so a closed topic can be
+    tailed (its retained epochs, then the end of the stream)."""
     name, n = info.name, info.partitions
     registered = {p.index for p in info.partition_info}
     missing = [i for i in range(n) if i not in registered]
@@ -55,13 +57,14 @@ def cannot_tail(info: TopicInfo) -> Optional[tuple[int, str]]:
     if missing:
         return EXIT_ERROR, (f"topic {name!r}: partition(s) {', '.join(map(str, missing))} of {n} "
                             f"not registered by any publisher yet")
-    if len(closed) == n:
+    if len(closed) == n and not replays:
         return EXIT_CLOSED, f"topic {name!r} is closed ({who(closed, 'ended at', n)})"
     return None
 
 
-def find_topic(cat: Catalog, topic: str, wait: float) -> TopicInfo:
-    """Look ``topic`` up until it can be tailed (see :func:`cannot_tail`). A topic first seen
+def find_topic(cat: Catalog, topic: str, wait: float, replays: bool = False) -> TopicInfo:
+    """Look ``topic`` up until it can be tailed (see :func:`cannot_tail`; ``replays``: the tail
+    reads history, so a closed topic is followed as it is). A topic first seen
     ended (closed, dead or aborted) is waited on until new publishers replaced every partition
     that had ended. Gives up at once without ``wait``, else after ``wait`` seconds (exit 2 or 1,
     see the messages)."""
@@ -77,7 +80,7 @@ def find_topic(cat: Catalog, topic: str, wait: float) -> TopicInfo:
         except TopicNotFound as e:
             not_found = e
         if info is not None:
-            problem = cannot_tail(info)
+            problem = cannot_tail(info, replays)
             if problem is not None and stale is None:
                 stale = {p.index: p.incarnation for p in info.partition_info if p.state != "live"}
             elif problem is None and stale:
@@ -89,7 +92,7 @@ def find_topic(cat: Catalog, topic: str, wait: float) -> TopicInfo:
                 return info
         left = deadline - time.monotonic()
         if left <= 0:
-            raise _give_up(cat, wait, not_found, problem)
+            raise _give_up(cat, wait, not_found, problem, topic)
         if not announced:
             announced = True
             err().print(escape(f"waiting up to {wait:g} s for topic {topic!r} and its publishers"
@@ -100,14 +103,28 @@ def find_topic(cat: Catalog, topic: str, wait: float) -> TopicInfo:
 
 
 def _give_up(cat: Catalog, wait: float, not_found: Optional[TopicNotFound],
-             problem: Optional[tuple[int, str]]) -> typer.Exit:
+             problem: Optional[tuple[int, str]], topic: str = "") -> typer.Exit:
     """The Exit to raise when :func:`find_topic`'s time is up: the topic is unknown, or still
     cannot be tailed (why, and how ``--wait`` helps)."""
     if not_found is not None:
         return unknown_topic(cat, not_found, wait)
     assert problem is not None
     code, message = problem
+    history = _history_hint(cat, topic, code)
     if wait > 0:
-        return fail(f"{message}; no new publisher within {wait:g} s", code)
+        return fail(f"{message}; no new publisher within {wait:g} s", code, hint=history or None)
     return fail(message, code, hint="to wait for its publishers to start again, pass "
-                                    "--wait SECONDS")
+                                    "--wait SECONDS" + (f"; {history}" if history else ""))
+
+
+def _history_hint(cat: Catalog, topic: str, code: int) -> str:
+    """How to read the retained epochs of a topic that keeps history ('' if it keeps none)."""
+    try:
+        if not topic or not cat.history_states(topic):
+            return ""
+    except EpochstreamError:
+        return ""
+    if code == EXIT_CLOSED:
+        return (f"to read its retained epochs, pass --from earliest (or: epochstream history "
+                f"{topic})")
+    return f"to read its retained epochs: epochstream history {topic}"

@@ -24,6 +24,7 @@ from ..position import resolve_position
 from ..protocol import EpochAssembler, SubscriberProtocol
 from .liveness import Liveness
 from .membership import partition_endpoints, resolve_catalog
+from .pull import Pull
 from .recovery import Recovery
 from .resume import HistoryBatch, Rejoined, Resume
 from .sockets import connect_dealer, receive_from
@@ -40,7 +41,7 @@ _CREDITED = frozenset((wire.DATA, wire.FRONTIER))
 _DRAIN = 128
 
 
-class Subscriber(Recovery, Resume):
+class Subscriber(Recovery, Resume, Pull):
     """Subscribes to every partition of a topic and yields complete epochs (Strymon
     "Subscriber Logic" merged across partitions).
 
@@ -157,6 +158,7 @@ class Subscriber(Recovery, Resume):
         self._poller = zmq.Poller()
         self._part_lower: dict[int, dict] = {}
         self._incarnations: dict[int, str] = {}
+        self._heartbeats: dict[int, float] = {}  # publishers' heartbeat intervals (s), for fetch()
         self._unacked: dict[int, int] = {}
         live = [i for i, ep in enumerate(endpoints) if ep is not None]
         self._liveness.join(live, _time.monotonic())
@@ -273,7 +275,9 @@ class Subscriber(Recovery, Resume):
             return self._data(partition, frames[1], frames[2])
         msg = wire.decode(frames)
         if isinstance(msg, InitialFrontierSnapshot):
-            self._incarnations[partition] = wire.decode_snapshot_meta(frames).get("incarnation")
+            meta = wire.decode_snapshot_meta(frames)
+            self._incarnations[partition] = meta.get("incarnation")
+            self._heartbeats[partition] = meta.get("heartbeat")
             return self._snapshot(partition, msg)
         if isinstance(msg, LowerFrontierUpdate):
             pl = self._part_lower.setdefault(partition, {})
@@ -461,9 +465,15 @@ class Subscriber(Recovery, Resume):
         ``first_seen``/``released_at`` are ``time.time()`` readings. With ``recover=True`` a
         :class:`~epochstream.events.Gap` is yielded where the subscriber re-joined (epochs of
         the old join that were still incomplete are dropped there). Ends when every partition
-        finished. ``timeout``: seconds without a new epoch before ``TimeoutError``."""
-        last = _time.monotonic()
-        for item in self._outputs():
+        finished. ``timeout``: seconds without a new epoch before ``TimeoutError``. Draws from
+        the stream :meth:`fetch` draws from: the two may be mixed (transport/pull.py)."""
+        return self._pulled(timeout)
+
+    def _released(self, outputs: Iterator) -> Iterator:
+        """The one stream of released epochs behind :meth:`epochs` and :meth:`fetch` (a single
+        instance, kept by transport/pull.py): epochs and gaps, and ``None`` for each ``None``
+        of ``outputs`` (a tick after each poll)."""
+        for item in outputs:
             kind = type(item)
             if kind is DataMessage:
                 self._assembler.data(item, nbytes=item.nbytes, now=_time.time())
@@ -480,8 +490,6 @@ class Subscriber(Recovery, Resume):
                         continue
                     self._last_epoch = epoch.time
                     yield epoch
-                if done:
-                    last = _time.monotonic()
             elif kind is HistoryBatch:
                 acks = self._acks
                 if acks is not None:  # as for released epochs: the whole batch at once, and
@@ -497,14 +505,13 @@ class Subscriber(Recovery, Resume):
                             continue
                     self._last_epoch = epoch.time
                     yield epoch
-                last = _time.monotonic()
             elif kind is Rejoined:  # the old join's incomplete epochs come from history
                 self._assembler = EpochAssembler(self.order, self.codec.combine)
             elif kind is Gap:  # epochs of the old join still pending can never complete
                 self._assembler = EpochAssembler(self.order, self.codec.combine)
                 yield dataclasses.replace(item, last_epoch=self._last_epoch)
-            elif item is None and timeout is not None and _time.monotonic() - last > timeout:
-                raise TimeoutError(f"no complete epoch for {timeout} s from topic {self.topic!r}")
+            elif item is None:
+                yield None
 
     def close(self) -> None:
         """Say goodbye to every publisher (so it frees our state at once) and close sockets."""

@@ -148,3 +148,40 @@ def test_max_deliver_goes_to_the_dead_letter_topic_whole_or_stops_the_group(tmp_
         stop.fetch(1, expires=1)
     with pytest.raises(GroupStopped):
         EpochGroup("jobs", "stop", cat, max_deliver=1).fetch(1, expires=1)
+
+
+def test_key_shared_keeps_per_key_order_across_workers_joining_and_leaving(tmp_path):
+    """Records keyed by customer over 12 epochs; workers join and leave (one abandons its
+    leases, which expire); every customer's records are processed in epoch order, each once."""
+    cat = Catalog(tmp_path)
+    customers = ["ann", "bob", "cyd", "dan", "eve", "fay"]
+    with Publisher("orders", catalog=cat, retention=Retention()) as pub:
+        for t in range(12):
+            pub.send(t, [{"customer": c, "t": t} for c in customers if (t + len(c) + ord(c[0])) % 3])
+            pub.advance_to(t + 1)
+    kw = dict(mode="key_shared", key="customer", buckets=4, ack_wait=0.3)
+    seen: dict = {}  # customer -> epochs processed, in processing order
+    a = EpochGroup("orders", "g", cat, worker="a", **kw)
+    b = EpochGroup("orders", "g", cat, worker="b", **kw)
+    held_a = a.fetch(3)
+    assert held_a and all(lease.bucket is not None for lease in held_a)
+    buckets_a = {lease.bucket for lease in held_a}
+    got_b = b.fetch(10)
+    assert not ({lease.bucket for lease in got_b} & buckets_a)  # a bucket is one worker's
+    for lease in got_b:
+        for r in lease.epoch.records:
+            seen.setdefault(r["customer"], []).append(lease.epoch.time)
+        lease.ack()
+    time.sleep(0.4)  # worker a went away: its leases expire, its buckets move to c
+    c = EpochGroup("orders", "g", cat, worker="c", **kw)
+    for worker in (c, b, c):
+        for lease in worker.leases(expires=0.5):
+            for r in lease.epoch.records:
+                seen.setdefault(r["customer"], []).append(lease.epoch.time)
+            lease.ack()
+    for lease in held_a:
+        with pytest.raises(LeaseExpired):
+            lease.ack()
+    for cust in customers:
+        want = [t for t in range(12) if (t + len(cust) + ord(cust[0])) % 3]
+        assert seen.get(cust) == want, cust  # in order, each once

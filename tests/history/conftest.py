@@ -1,5 +1,5 @@
-"""Fault tests of durable history (issue 11) with real processes. Test modules here import the
-helpers of ``tests/`` and ``tests/sockets/`` (``peer_processes``) and of this folder
+"""Tests of durable history (issue 11). Test modules here import the helpers of ``tests/``
+(``hypothesis_profiles``), of ``tests/sockets/`` (``peer_processes``) and of this folder
 (``history_peer``) as top-level modules: all three folders are put on ``sys.path``."""
 
 from __future__ import annotations

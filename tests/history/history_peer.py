@@ -1,0 +1,187 @@
+"""A publisher with retention, or a durable subscriber, in its own process: fault tests of durable
+history (kill -9, RLIMIT_FSIZE, read-only directories, two holders of a durable name).
+
+    python tests/history/history_peer.py publish CATALOG TOPIC [options]
+        Publisher(TOPIC, 0, catalog=CATALOG, retention=Retention(...)) (WARNING log lines go to
+        stderr). Prints "ready <incarnation> <lower json> <upper json>", then publishes epochs
+        FIRST..LAST-1 (``--resume``: FIRST is the logged lower frontier the publisher resumed
+        at), each ``--msgs`` messages of ``records(t, m, --recs, --pad)`` then advance_to(t + 1),
+        printing "epoch <t>" after each (``--pad-from K --pad2 P``: epochs from K on use pad P). ``--pause-at K``: before epoch K print "paused K" and
+        wait for a line on stdin. ``--fsize-at K``: before epoch K set RLIMIT_FSIZE to the
+        current segment size + ``--fsize-slack`` bytes (SIGXFSZ ignored, so write() fails with
+        EFBIG).
+        ``--open-msgs N``: then send N messages of epoch LAST (never completed), print
+        "sent N" and hang. Otherwise ``--end close`` (default: close, print "closed"; with
+        ``--pause-end`` first print "paused end" and wait for a stdin line) or ``hang``. A HistoryWriteError prints "HistoryWriteError <call> <t>" and the process
+        exits (code 3; the interpreter waits until the publisher delivered its abort).
+    python tests/history/history_peer.py durable CATALOG TOPIC NAME [options]
+        Subscriber(TOPIC, CATALOG, durable=NAME, start=--start, takeover=--takeover); prints
+        "held <position json>" (or "SubscriptionHeld" / "SubscriptionExpired" and exits 2),
+        then for every epoch "got <t> <n records> <digest of the records>", then acks it if
+        ``--ack`` lists it ("acked <t>"); ``--stop-at T``: after printing "got T" (before any
+        ack) it prints "stopped T" and hangs until killed. ``--interactive``: after each
+        "got", wait for a stdin line: "ack" acks it ("acked <t>", or "fenced" if the ack raised
+        SubscriptionHeld), anything else skips. Prints "done <position json>" at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import signal
+import sys
+import time
+import zlib
+
+from epochstream import Catalog, Publisher, Retention, Subscriber
+from epochstream.epochlog import segment_path
+from epochstream.errors import HistoryWriteError, SubscriptionExpired, SubscriptionHeld
+
+
+def records(t: int, m: int, recs: int, pad: int = 0) -> list:
+    """The records of message ``m`` of epoch ``t`` (tests rebuild them to compare)."""
+    s = "x" * pad
+    return [[t, m, i, s] for i in range(recs)]
+
+
+def epoch_records(t: int, msgs: int, recs: int, pad: int = 0) -> list:
+    """Every record of epoch ``t``, in the order sent."""
+    return [r for m in range(msgs) for r in records(t, m, recs, pad)]
+
+
+def digest(recs) -> int:
+    """A checksum of an epoch's records (lists, as decoded by msgpack), order-sensitive."""
+    return zlib.crc32(json.dumps([list(r) for r in recs]).encode())
+
+
+def _hang():
+    while True:
+        time.sleep(1)
+
+
+def publish(a) -> None:
+    cat = Catalog(a.catalog)
+    ret = Retention(dir=a.dir, segment_bytes=a.segment_bytes, max_epochs=a.max_epochs,
+                    max_bytes=None, max_age=None)
+    pub = Publisher(a.topic, 0, catalog=cat, retention=ret, heartbeat_interval=0.2)
+    print("ready", pub.incarnation, json.dumps(list(pub.lower)), json.dumps(list(pub.upper)),
+          flush=True)
+    first = pub.lower[0] if a.resume else a.first
+    t = first
+    call = "send"
+    try:
+        for t in range(first, a.last):
+            if t in a.pause_at:
+                print("paused", t, flush=True)
+                sys.stdin.readline()
+            if t == a.fsize_at:
+                st = cat.history_state(a.topic, 0)  # after an advance: all of it on disk
+                limit = os.path.getsize(segment_path(st.dir, st.segment)) + a.fsize_slack
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+                print("limited", limit, flush=True)
+            call = "send"
+            pad = a.pad if a.pad_from is None or t < a.pad_from else a.pad2
+            for m in range(a.msgs):
+                pub.send(t, records(t, m, a.recs, pad))
+            call = "advance_to"
+            pub.advance_to(t + 1)
+            pub.flush()
+            print("epoch", t, flush=True)
+        if a.open_msgs:
+            t = a.last
+            call = "send"
+            for m in range(a.open_msgs):
+                pub.send(t, records(t, m, a.recs, a.pad))
+            pub.flush()
+            print("sent", a.open_msgs, flush=True)
+            _hang()
+        if a.end == "hang":
+            print("hanging", flush=True)
+            _hang()
+        if a.pause_end:
+            print("paused end", flush=True)
+            sys.stdin.readline()
+        call = "close"
+        pub.close(linger=5, wait=True)
+        print("closed", flush=True)
+    except HistoryWriteError as e:
+        print("HistoryWriteError", call, t, flush=True)
+        print(f"HistoryWriteError: {e}", file=sys.stderr, flush=True)
+        sys.exit(3)  # the interpreter waits for the abort to be delivered (non-daemon closer)
+
+
+def durable(a) -> None:
+    start = a.start if a.start in ("earliest", "latest") else int(a.start)
+    try:
+        sub = Subscriber(a.topic, Catalog(a.catalog), durable=a.name, start=start,
+                         takeover=a.takeover, timeout=10)
+    except SubscriptionHeld:
+        print("SubscriptionHeld", flush=True)
+        sys.exit(2)
+    except SubscriptionExpired:
+        print("SubscriptionExpired", flush=True)
+        sys.exit(2)
+    print("held", json.dumps(sub.position), flush=True)
+    for e in sub.epochs(timeout=20):
+        print("got", e.time, len(e.records), digest(e.records), flush=True)
+        if e.time == a.stop_at:
+            print("stopped", e.time, flush=True)
+            _hang()
+        if a.interactive:
+            if sys.stdin.readline().strip() == "ack":
+                try:
+                    sub.ack(e)
+                except SubscriptionHeld:
+                    print("fenced", e.time, flush=True)
+                    continue
+                print("acked", e.time, flush=True)
+        elif e.time in a.ack:
+            sub.ack(e)
+            print("acked", e.time, flush=True)
+    print("done", json.dumps(sub.position), flush=True)
+    sub.close()
+
+
+def main(argv) -> None:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s %(message)s")
+    p = argparse.ArgumentParser()
+    sp = p.add_subparsers(dest="cmd", required=True)
+    pp = sp.add_parser("publish")
+    pp.add_argument("catalog")
+    pp.add_argument("topic")
+    pp.add_argument("--dir", default=None)
+    pp.add_argument("--first", type=int, default=0)
+    pp.add_argument("--last", type=int, default=5)
+    pp.add_argument("--resume", action="store_true")
+    pp.add_argument("--msgs", type=int, default=2)
+    pp.add_argument("--recs", type=int, default=3)
+    pp.add_argument("--pad", type=int, default=0)
+    pp.add_argument("--pad2", type=int, default=0)
+    pp.add_argument("--pad-from", type=int, default=None)
+    pp.add_argument("--segment-bytes", type=int, default=64 << 20)
+    pp.add_argument("--max-epochs", type=int, default=None)
+    pp.add_argument("--pause-at", type=int, action="append", default=[])
+    pp.add_argument("--fsize-at", type=int, default=None)
+    pp.add_argument("--fsize-slack", type=int, default=64)
+    pp.add_argument("--open-msgs", type=int, default=0)
+    pp.add_argument("--pause-end", action="store_true")
+    pp.add_argument("--end", choices=("close", "hang"), default="close")
+    dp = sp.add_parser("durable")
+    dp.add_argument("catalog")
+    dp.add_argument("topic")
+    dp.add_argument("name")
+    dp.add_argument("--start", default="earliest")
+    dp.add_argument("--takeover", action="store_true")
+    dp.add_argument("--ack", type=lambda s: {int(x) for x in s.split(",") if x}, default=set())
+    dp.add_argument("--stop-at", type=int, default=None)
+    dp.add_argument("--interactive", action="store_true")
+    a = p.parse_args(argv)
+    {"publish": publish, "durable": durable}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
