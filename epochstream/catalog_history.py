@@ -402,11 +402,12 @@ class HistoryCatalog:
             else:
                 info = _durable(row)
                 if info.state == "expired":
+                    retained = self._retained_since(conn, topic)
                     raise SubscriptionExpired(
                         f"durable subscription {name!r} of topic {topic!r} expired: "
-                        f"{info.reason}; reset it (epochstream durable reset {topic} {name}) to "
-                        f"go on from what is retained", name=name, acked=info.position or (),
-                        retained=())
+                        f"{info.reason}; retained now: epochs from {list(retained)} on; reset it "
+                        f"(epochstream durable reset {topic} {name}) to go on from what is "
+                        f"retained", name=name, acked=info.position or (), retained=retained)
                 if (info.holder not in (None, holder) and info.holder_alive and not takeover):
                     raise SubscriptionHeld(
                         f"durable subscription {name!r} of topic {topic!r} is held by a live "
@@ -419,6 +420,18 @@ class HistoryCatalog:
             row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
                                f"name = ?", (topic, name)).fetchone()
             return _durable(row)
+
+    @staticmethod
+    def _retained_since(conn, topic: str) -> tuple:
+        """The earliest position all of ``topic``'s logs retain: the join of their ``since``."""
+        from .frontier import join
+        row = conn.execute("SELECT order_name FROM topics WHERE name = ?", (topic,)).fetchone()
+        order = by_name(row[0])
+        out: tuple = (order.minimum,)
+        for (since,) in conn.execute("SELECT since FROM history_partitions WHERE topic = ?",
+                                     (topic,)):
+            out = join(order, out, decode_upper(since))
+        return out
 
     def durable_ack(self, topic: str, name: str, holder: str, position: Any,
                     acked: Any = ()) -> bool:

@@ -210,8 +210,8 @@ class LogWriter:
         try:
             self._offset += self._append(_F, [header])[0]
             self._file.flush()
-            if self.retention.fsync != "none":
-                os.fsync(self._file.fileno())
+            if done and self.retention.fsync != "none":  # their data must be on disk first;
+                os.fsync(self._file.fileno())             # the lower frontier is in the index
         except OSError as e:
             raise self._fail("write a frontier record", e) from e
         now = _time.time()
@@ -221,15 +221,21 @@ class LogWriter:
             epochs.append(EpochRecord(self.partition, t, self._segment,
                                       tuple(tuple(x) for x in e.extents), e.nbytes, e.messages,
                                       e.crc, now))
-        roll_to = None
+        roll_to, new_file = None, None
         if self._offset >= self.retention.segment_bytes and len(done) == len(self._open):
             roll_to = self._segment + 1
+            try:  # created before the commit: a failure leaves these epochs incomplete
+                new_file = open(segment_path(self.dir, roll_to), "wb")
+            except OSError as e:
+                raise self._fail(f"start segment {roll_to}", e) from e
         try:
             self.catalog.history_commit(self.topic, self.partition, epochs=epochs, lower=lower,
                                         upper=upper, segment=self._segment,
                                         committed=self._offset, roll_to=roll_to,
                                         durable=self.retention.fsync != "none")
         except CatalogError as e:
+            if new_file is not None:
+                new_file.close()
             raise self._fail("index the completed epochs in the catalog", e) from e
         for t in done:
             del self._open[t]
@@ -238,17 +244,11 @@ class LogWriter:
         self._segments[-1] = SegmentStat(last.seq, self._offset, last.epochs + len(epochs),
                                          now if epochs else last.last_completed)
         if roll_to is not None:
-            self._roll(roll_to)
-        self._apply_retention(now)
-
-    def _roll(self, seq: int) -> None:
-        try:
             self._file.close()
-            self._file = open(segment_path(self.dir, seq), "wb")
-        except OSError as e:
-            raise self._fail(f"start segment {seq}", e) from e
-        self._segment, self._offset = seq, 0
-        self._segments.append(SegmentStat(seq, 0, 0, None))
+            self._file = new_file
+            self._segment, self._offset = roll_to, 0
+            self._segments.append(SegmentStat(roll_to, 0, 0, None))
+        self._apply_retention(now)
 
     def _apply_retention(self, now: float) -> None:
         n = segments_to_delete(self._segments, self.retention, now)
@@ -303,7 +303,7 @@ def read_epoch(directory: str | os.PathLike, record: EpochRecord) -> list[tuple[
     crc = 0
     out = []
     hsize = RECORD_HEADER.size
-    for b in chunks:
+    for (start, _), b in zip(record.extents, chunks):
         mv = memoryview(b)
         pos = 0
         while pos < len(b):
@@ -314,7 +314,7 @@ def read_epoch(directory: str | os.PathLike, record: EpochRecord) -> list[tuple[
             body = mv[pos + hsize:pos + hsize + length]
             if kind != _D or len(body) != length or zlib.crc32(body, zlib.crc32(kind)) != rcrc:
                 raise HistoryCorrupt(f"segment {path}: a record of epoch {record.time!r} at "
-                                     f"offset {pos} fails its checksum", path=str(path))
+                                     f"offset {start + pos} fails its checksum", path=str(path))
             crc = zlib.crc32(_U32.pack(rcrc), crc)
             (hl,) = _HLEN.unpack_from(body, 0)
             out.append((bytes(body[2:2 + hl]), bytes(body[2 + hl:])))

@@ -27,7 +27,7 @@ from . import wire
 from .catalog import Catalog
 from .catalog_history import EpochRecord, HistoryState
 from .epochlog import read_epoch
-from .errors import HistoryUnavailable
+from .errors import HistoryCorrupt, HistoryUnavailable
 from .events import Epoch
 from .frontier import Antichain, join
 from .order import linear_extension
@@ -124,14 +124,26 @@ class History:
 
     def payloads(self, records: list[EpochRecord]) -> list[tuple[int, bytes]]:
         """``[(partition, encoded payload), ...]`` of one epoch's records, read from the
-        segments and checked (:func:`~epochstream.epochlog.read_epoch`)."""
+        segments and checked (:func:`~epochstream.epochlog.read_epoch`). Raises
+        :class:`HistoryUnavailable` if retention deleted the epoch meanwhile,
+        :class:`HistoryCorrupt` if its bytes fail the checks."""
         out = []
         for r in records:
             d = self._dirs.get(r.partition)
             if d is None:
                 self._dirs = {p: s.dir for p, s in self.states().items()}
                 d = self._dirs[r.partition]
-            out.extend((r.partition, payload) for _, payload in read_epoch(d, r))
+            try:
+                got = read_epoch(d, r)
+            except HistoryCorrupt:
+                state = self.catalog.history_state(self.topic, r.partition)
+                if state is not None and not Antichain(self.order, state.since).less_equal(r.time):
+                    raise HistoryUnavailable(
+                        f"topic {self.topic!r}: epoch {r.time!r} of partition {r.partition} was "
+                        f"deleted by retention while being read (retained since "
+                        f"{list(state.since)})", retained=tuple(state.since)) from None
+                raise
+            out.extend((r.partition, payload) for _, payload in got)
         return out
 
     # -- epochs ----------------------------------------------------------------------------

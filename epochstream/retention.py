@@ -104,8 +104,11 @@ def segments_to_delete(segments: Sequence[SegmentStat], retention: Retention,
                        now: float) -> int:
     """How many of the oldest ``segments`` (sorted by ``seq``, the last one being written) to
     delete so that the rest are within ``retention``'s limits at ``now`` (``time.time()``,
-    seconds). The segment being written is never deleted. Deleting stops at the first segment
-    that no limit requires to go (segments go oldest first, as Kafka deletes whole segments).
+    seconds): the shortest prefix that removes every segment whose newest epoch is older than
+    ``max_age`` and brings the totals within ``max_bytes`` and ``max_epochs``. A segment with no
+    epoch (only frontier records) has no age of its own: it goes with the prefix before an
+    older-than-``max_age`` segment. The segment being written is never deleted (segments go
+    oldest first, as Kafka deletes whole segments).
     Limits are therefore enforced at segment granularity: the log may exceed one by up to the
     segment being written (choose ``segment_bytes`` well below ``max_bytes``).
 
@@ -114,17 +117,22 @@ def segments_to_delete(segments: Sequence[SegmentStat], retention: Retention,
     >>> segments_to_delete(segs, r, now=4.0)
     1
     """
+    if len(segments) < 2:
+        return 0
+    older = segments[:-1]  # the segment being written is never deleted
+    n = 0
+    if retention.max_age is not None:  # ages grow with seq: the last too-old one decides
+        for i, s in enumerate(older):
+            if s.last_completed is not None and now - s.last_completed > retention.max_age:
+                n = i + 1
     total_bytes = sum(s.nbytes for s in segments)
     total_epochs = sum(s.epochs for s in segments)
-    n = 0
-    for s in segments[:-1]:
+    for i, s in enumerate(older):
         too_big = retention.max_bytes is not None and total_bytes > retention.max_bytes
         too_many = retention.max_epochs is not None and total_epochs > retention.max_epochs
-        too_old = (retention.max_age is not None and s.last_completed is not None
-                   and now - s.last_completed > retention.max_age)
-        if not (too_big or too_many or too_old):
+        if not (too_big or too_many):
             break
         total_bytes -= s.nbytes
         total_epochs -= s.epochs
-        n += 1
+        n = max(n, i + 1)
     return n

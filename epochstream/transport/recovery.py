@@ -88,9 +88,12 @@ class Recovery:
 
     def _restarted(self, partition: int, p: PartitionInfo | None) -> bool:
         """True iff ``p`` (the catalog's entry for ``partition``) is a live publisher with
-        another incarnation than the one this subscriber joined."""
+        another incarnation than the one this subscriber joined, or a closed one (a successor
+        that ran and finished before this subscriber noticed: re-joining takes its final upper
+        frontier, and history, where kept, fills what it published)."""
         known = self._joined_incarnation(partition)
-        return p is not None and p.state == "live" and known is not None and p.incarnation != known
+        return (p is not None and p.state in ("live", "closed") and known is not None
+                and p.incarnation != known)
 
     def _aborted(self, partition: int, notice: wire.Notice | None) -> list:
         """A partition's publisher aborted (its ``X aborted`` notice, or the catalog says so).

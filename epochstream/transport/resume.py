@@ -190,7 +190,15 @@ class Resume:
         reader = self._history_reader()
         decode, combine = self.codec.decode, self.codec.combine
         for t, recs in batch.epochs:
-            chunks = [decode(p) for _, p in reader.payloads(recs)]
+            try:
+                payloads = reader.payloads(recs)
+            except HistoryUnavailable as e:  # retention deleted it while we caught up
+                if self.durable is None:
+                    raise
+                raise SubscriptionExpired(
+                    f"durable subscription {self.durable!r}: {e}", name=self.durable,
+                    acked=self.position or (), retained=e.retained or ()) from None
+            chunks = [decode(p) for _, p in payloads]
             yield Epoch(t, combine(chunks), len(chunks), sum(r.nbytes for r in recs),
                         max(r.completed_at for r in recs), now)
 
@@ -207,7 +215,7 @@ class Resume:
         why = ("it was dropped" if info is None else
                f"it expired ({info.reason})" if info.state == "expired" else
                "another subscriber took it over" if info.holder not in (None, self.id) else
-               "it was reset")
+               "another subscriber took it over and has closed since, or it was reset")
         raise SubscriptionHeld(f"durable subscription {self.durable!r} of topic {self.topic!r}: "
                                f"this subscriber no longer holds it ({why}); its acks are "
                                f"refused")

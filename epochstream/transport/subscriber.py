@@ -72,9 +72,9 @@ class Subscriber(Recovery, Resume, Pull):
       the topic's epoch logs retain. A time (an ``int``, or a ``tuple`` for product orders) or a
       list of times (a frontier ``A``): exactly the complete epochs ``t`` with ``A <= t``
       (inclusive), each whole, history and the live stream joined without a gap or a
-      duplicate. Raises :class:`~epochstream.errors.HistoryUnavailable` (from the iterators,
-      once every snapshot is in) when a partition with data at or beyond the position keeps no
-      log or retains less.
+      duplicate. Raises :class:`~epochstream.errors.HistoryUnavailable` (from the constructor
+      when every partition is closed, else from the iterators once every snapshot is in) when
+      a partition with data at or beyond the position keeps no log or retains less.
     - ``durable``: a name; the catalog holds this subscription's position (created at
       ``start`` on first use). :meth:`ack` acknowledges an epoch; :attr:`position` is the acked
       frontier; the next ``Subscriber(..., durable=name)`` resumes there: acked epochs are never

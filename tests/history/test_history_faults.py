@@ -160,10 +160,6 @@ def test_kill9_mid_epoch_restart_resumes_from_the_log_no_partial_no_duplicate(tm
             _kill(p2)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a recover=True subscriber whose publisher was "
-                   "killed and whose restarted successor already closed raises PublisherLost "
-                   "instead of re-joining and filling the rest from history "
-                   "(Recovery._restarted only accepts a *live* new incarnation)")
 def test_restarted_publisher_that_closed_before_the_subscriber_noticed(tmp_path):
     cat = tmp_path / "cat"
     p1 = _spawn("publish", cat, "t", "--last", 4, "--open-msgs", 2, "--pause-at", 0, *BIG_ARGS,
@@ -543,9 +539,6 @@ def test_start_older_than_retained_history_and_expired_durable(tmp_path):
     assert (info.value.name, info.value.acked) == ("slow", (1,))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: SubscriptionExpired raised when attaching an "
-                   "expired durable (Catalog.durable_claim) carries retained=() instead of "
-                   "what the log retains now")
 def test_subscription_expired_says_what_is_retained(tmp_path):
     c = Catalog(tmp_path)
     ret = Retention(segment_bytes=4096, max_epochs=3, max_bytes=None, max_age=None)

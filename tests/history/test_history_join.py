@@ -143,3 +143,30 @@ def test_an_evicted_subscriber_with_recover_is_filled_from_history_not_a_gap(tmp
     assert [e.time for e in got] == list(range(n_epochs))
     assert all(len(e.records) == per for e in got)
     assert sub.stats["rejoins_filled"] >= 1
+
+
+def test_a_catch_up_that_races_retention_gets_an_explicit_error_not_corruption(tmp_path):
+    """The subscriber joins (its history fill names epoch 0) but reads only after retention
+    deleted epoch 0's segment: before, HistoryCorrupt ("missing"); now the durable subscription
+    expires explicitly, and a plain subscriber gets HistoryUnavailable; nothing partial."""
+    from epochstream import SubscriptionExpired
+    cat = Catalog(tmp_path)
+    ret = Retention(max_epochs=4, segment_bytes=4096, max_bytes=None, max_age=None)
+    pub = Publisher("r", catalog=cat, retention=ret)
+    try:
+        pub.send(0, [[0, "x" * 2000]])
+        pub.advance_to(1)
+        durable = Subscriber("r", cat, durable="d", start="earliest", timeout=5)
+        plain = Subscriber("r", cat, start=0, timeout=5)
+        assert durable.wait_ready(5) and plain.wait_ready(5)
+        for t in range(1, 20):
+            pub.send(t, [[t, "x" * 2000]])
+            pub.advance_to(t + 1)
+        assert cat.history_state("r", 0).since != (0,)
+        with pytest.raises(SubscriptionExpired) as info:
+            list(durable.epochs(timeout=5))
+        assert info.value.name == "d" and info.value.retained
+        with pytest.raises(HistoryUnavailable):
+            list(plain.epochs(timeout=5))
+    finally:
+        pub.close()

@@ -651,8 +651,6 @@ def test_segments_to_delete_is_the_smallest_prefix_within_limits(segs, r, now):
     assert n == min(want, max(0, len(segs) - 1))
 
 
-@pytest.mark.xfail(strict=True, reason="production bug: an epoch-less segment stops age "
-                   "retention (segments_to_delete breaks at last_completed=None)")
 def test_epochless_segment_blocks_age_retention_repro():
     """Minimal reproduction (pure). Documented: a segment is deleted once its newest epoch is
     older than max_age; the epochs of segment 1 are 900 s old but stay, because segment 0
@@ -664,9 +662,6 @@ def test_epochless_segment_blocks_age_retention_repro():
     assert segments_to_delete(segs, r, now=1000.0) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="production bug: an idle start (frontier advances "
-                   "without data) fills segment 0 with F records only; max_age then never "
-                   "deletes the epochs behind it")
 def test_epochless_segment_blocks_age_retention_in_the_log(tmp_path, monkeypatch):
     import epochstream.epochlog as epochlog
 
