@@ -231,6 +231,38 @@ class Catalog(HistoryCatalog, GroupCatalog):
             else:
                 conn.execute("COMMIT")
 
+    @contextlib.contextmanager
+    def _hot_write(self, synchronous: str) -> Iterator[sqlite3.Connection]:
+        """Like :meth:`_write` on this thread's long-lived :meth:`_hot` connection (a
+        publisher's commits to its epoch log index: no connect/close per commit).
+        ``synchronous``: ``"FULL"`` (fsync at commit) or ``"NORMAL"``."""
+        with self._lock:
+            try:
+                conn = self._hot()
+                conn.execute(f"PRAGMA synchronous={'NORMAL' if synchronous == 'NORMAL' else 'FULL'}")
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                self._drop_hot()
+                raise CatalogError(f"catalog {self.path}: {e}") from e
+            try:
+                yield conn
+            except BaseException as e:
+                try:
+                    conn.execute("ROLLBACK")
+                    conn.execute("PRAGMA synchronous=NORMAL")
+                except sqlite3.Error:
+                    self._drop_hot()
+                if isinstance(e, sqlite3.Error):
+                    raise CatalogError(f"catalog {self.path}: {e}") from e
+                raise
+            else:
+                try:
+                    conn.execute("COMMIT")
+                    conn.execute("PRAGMA synchronous=NORMAL")  # what record_upper expects
+                except sqlite3.Error as e:
+                    self._drop_hot()
+                    raise CatalogError(f"catalog {self.path}: {e}") from e
+
     @staticmethod
     def _existing(conn: sqlite3.Connection) -> list[str]:
         """The names of all topics, sorted."""

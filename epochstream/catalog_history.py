@@ -272,7 +272,7 @@ class HistoryCatalog:
                  json.dumps(e.extents), e.nbytes, e.messages, e.crc, e.completed_at)
                 for e in epochs]
         low = encode_upper(lower)
-        with self._write(synchronous="FULL" if durable else "NORMAL") as conn:
+        with self._hot_write("FULL" if durable else "NORMAL") as conn:
             if rows:
                 conn.executemany(
                     "INSERT OR REPLACE INTO history_epochs (topic, idx, time, t0, seq, extents, "
@@ -287,11 +287,14 @@ class HistoryCatalog:
                 conn.execute("INSERT OR REPLACE INTO history_segments (topic, idx, seq, since, "
                              "created_at) VALUES (?, ?, ?, ?, ?)",
                              (topic, partition, roll_to, low, now))
-            conn.execute(
+            cur = conn.execute(
                 "UPDATE history_partitions SET lower = ?, upper = ?, segment = ?, committed = ?, "
                 "updated_at = ? WHERE topic = ? AND idx = ?",
                 (low, encode_upper(upper), segment if roll_to is None else roll_to,
                  committed if roll_to is None else 0, now, topic, partition))
+            if cur.rowcount == 0:  # (rolled back: nothing of this commit stays)
+                raise CatalogError(f"{topic!r} partition {partition}: the catalog no longer "
+                                   f"has its epoch log (the topic was dropped)")
 
     def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
         """Forget the segments of ``partition`` numbered below ``keep_from`` (their epochs'

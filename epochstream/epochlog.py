@@ -165,25 +165,23 @@ class LogWriter:
         return HistoryWriteError(f"epoch log of {self.topic!r} partition {self.partition} "
                                  f"({self.dir}): could not {what}: {e}")
 
-    def _append(self, kind: bytes, parts: list) -> tuple[int, int]:
-        """Append one record; return its total length and its CRC-32."""
-        body_len = sum(len(p) for p in parts)
-        crc = zlib.crc32(kind)
-        for p in parts:
-            crc = zlib.crc32(p, crc)
-        head = RECORD_HEADER.pack(body_len, crc, kind)
+    def _append(self, kind: bytes, prefix: bytes, payload=b"") -> tuple[int, int]:
+        """Append one record whose body is ``prefix`` + ``payload``; return its total length
+        and its CRC-32 (two CRC calls and two writes, whatever the record)."""
+        body_len = len(prefix) + len(payload)
+        crc = zlib.crc32(payload, zlib.crc32(prefix, zlib.crc32(kind)))
         f = self._file
-        f.write(head)
-        for p in parts:
-            f.write(p)
-        return len(head) + body_len, crc
+        f.write(RECORD_HEADER.pack(body_len, crc, kind) + prefix)
+        if payload:
+            f.write(payload)
+        return RECORD_HEADER.size + body_len, crc
 
     def data(self, time, header: bytes, payload) -> None:
         """Log a data message at ``time`` (normalised) with its wire header and payload."""
         self._check()
         try:
             start = self._offset
-            n, crc = self._append(_D, [_HLEN.pack(len(header)), header, payload])
+            n, crc = self._append(_D, _HLEN.pack(len(header)) + header, payload)
             if self.retention.fsync == "every":
                 self._file.flush()
                 os.fsync(self._file.fileno())
@@ -208,7 +206,7 @@ class LogWriter:
         new_lower = Antichain(self.order, lower)
         done = [t for t in self._open if not new_lower.less_equal(t)]
         try:
-            self._offset += self._append(_F, [header])[0]
+            self._offset += self._append(_F, bytes(header))[0]
             self._file.flush()
             if done and self.retention.fsync != "none":  # their data must be on disk first;
                 os.fsync(self._file.fileno())             # the lower frontier is in the index
