@@ -25,6 +25,13 @@ Cases (one module each, each with ``run(quick: bool) -> dict``):
   message.
 - ``scale`` (:mod:`benchmarks.bench_scale`) — partitions 1..16, antichain width 1..64
   (product(2)), epoch size vs records per message.
+- ``history`` (:mod:`benchmarks.bench_history`) — durable history (issue 11): what retention
+  costs a live stream (fsync policies), catch-up from the log, resume latency of a durable
+  subscription in a new process, fsync on this machine, a profile of the log's calls.
+- ``groups`` (:mod:`benchmarks.bench_groups`) — consumer groups (issue 12): epochs/s of 1, 2 and
+  4 worker processes against the ideal linear speed-up (shared mode, fixed sleep per epoch; and
+  partial mode over independent product(2) chains), fetch and ack latency, the delay of a
+  redelivery after a lease expiry or a SIGKILL, fetch cost against the backlog, a profile.
 
 Every case writes ``benchmarks/results/<case>.json``; :mod:`benchmarks.report` turns all result
 files into ``docs/benchmarks.md`` (tables) and ``docs/img/*.png`` (plots).

@@ -22,11 +22,12 @@ import time
 from . import RESULTS, save_result
 
 CASES = ("filter", "e2e", "peers", "fanout", "spark", "frontier", "limits", "latejoin", "latency",
-         "memory", "scale", "history")
+         "memory", "scale", "history", "groups")
 MODULES = {"filter": "bench_filter", "e2e": "bench_e2e", "peers": "bench_peers",
            "fanout": "bench_fanout", "spark": "bench_spark", "frontier": "bench_frontier",
            "limits": "bench_limits", "latejoin": "bench_latejoin", "latency": "bench_latency",
-           "memory": "bench_memory", "scale": "bench_scale", "history": "bench_history"}
+           "memory": "bench_memory", "scale": "bench_scale", "history": "bench_history",
+           "groups": "bench_groups"}
 # left out of ``--quick`` unless named with --case: Spark's JVM start-up and warm-up alone take
 # most of a minute, a third of the 3-minute budget (its last result file stays, dated, in the report)
 NOT_QUICK = ("spark",)

@@ -717,15 +717,28 @@ def profile_publisher(seconds: float = 2.0, out: Path | None = None) -> dict:
     import pstats
 
     from epochstream import Catalog, Publisher
+    from epochstream.transport.loop import PublisherLoop
     out = out or RESULTS / "profile_history_publisher.txt"
     bodies = payloads.encoded(KIND, RECORDS_PER_MESSAGE)
-    text = [f"cProfile (wall clock) of the publisher's calling thread: {KIND}, {RECORDS_PER_MESSAGE} "
+    text = [f"cProfile (wall clock) of the publisher's calling thread and its loop thread (which "
+            f"writes the epoch log), merged: {KIND}, {RECORDS_PER_MESSAGE} "
             f"records per message, {MESSAGES_PER_EPOCH} messages per epoch, advance_to after each "
             f"epoch, no subscriber, {seconds:g} s per setting; {time.strftime('%Y-%m-%d %H:%M')}, "
             f"loadavg {os.getloadavg()[0]:.2f}\n"]
     result = {"seconds": seconds, "variants": {}}
     for variant in VARIANTS:
         d = tempfile.mkdtemp(prefix="es-bench-prof-")
+        loop_prof = cProfile.Profile()
+        original_run = PublisherLoop.run
+
+        def profiled_run(self, _p=loop_prof, _run=original_run):  # the loop thread writes the log
+            _p.enable()
+            try:
+                _run(self)
+            finally:
+                _p.disable()
+
+        PublisherLoop.run = profiled_run
         try:
             pub = Publisher(f"prof-{variant}", 0, catalog=Catalog(d), codec="msgpack",
                             retention=_retention(variant), sndhwm=100_000,
@@ -744,8 +757,10 @@ def profile_publisher(seconds: float = 2.0, out: Path | None = None) -> dict:
             prof.disable()
             cpu = time.process_time() - cpu0
             wall = time.monotonic() - t0
-            pub.close(linger=1)
+            pub.close(linger=1, wait=True)
+            PublisherLoop.run = original_run
             st = pstats.Stats(prof)
+            st.add(loop_prof)  # both threads: the caller's calls and the loop's log writes
             funcs = {}
             for (fname, _line, func), (_cc, nc, _tt, ct, _callers) in st.stats.items():
                 for suffix, name, label in _PROFILE_FUNCS:
@@ -769,6 +784,7 @@ def profile_publisher(seconds: float = 2.0, out: Path | None = None) -> dict:
                         f"{cpu / (records / 1e6):.3f} s per M records\n")
             text.append(s.getvalue())
         finally:
+            PublisherLoop.run = original_run
             shutil.rmtree(d, ignore_errors=True)
     out.write_text("".join(text))
     result["file"] = str(out.relative_to(RESULTS.parent.parent)) if out.is_relative_to(RESULTS.parent.parent) else str(out)

@@ -13,10 +13,13 @@ Commands (``epochstream COMMAND --help`` for each):
 - ``epochstream history TOPIC [--since T] [--until T] [--records] [--json]`` — print the
   retained epochs of a topic from its epoch logs, with no live publisher.
 - ``epochstream durable ls [TOPIC]``, ``durable reset TOPIC NAME [--to ...]``, ``durable drop
-  TOPIC NAME`` — durable subscriptions: list, re-arm at a position (reporting what that skips),
-  delete.
+  TOPIC NAME`` — durable subscriptions: list (consumer groups' positions too), re-arm at a
+  position (reporting what that skips), delete.
+- ``epochstream group ls [TOPIC]``, ``group info TOPIC NAME``, ``group reset TOPIC NAME``,
+  ``group drop TOPIC NAME`` — consumer groups (:class:`~epochstream.group.EpochGroup`): list,
+  show one with every leased unit, re-activate a stopped one, delete.
 - ``epochstream drop TOPIC [--force]`` — delete a topic from the catalog, its durable
-  subscriptions and its epoch logs.
+  subscriptions, consumer groups and epoch logs.
 - ``epochstream demo [--days N] [--pace S] [--catalog PATH]`` — run the bundled demo.
 - ``epochstream --version``; ``python -m epochstream`` is the same command.
 
@@ -26,13 +29,15 @@ Commands (``epochstream COMMAND --help`` for each):
 
 Exit statuses: 0 the stream ended (or the command succeeded); 1 a publisher was lost, dead or
 aborted, ``--timeout`` passed, a durable subscription is held by another live subscriber (or
-was taken over), a corrupt epoch log, or another runtime error (message on stderr); 2 bad usage,
-no catalog at the path, unknown topic, a closed topic, a position older than the retained
-history, or an expired durable subscription; 130 interrupted with Ctrl-C.
+was taken over), a consumer group with live leases (``group drop`` without ``--force``), a
+corrupt epoch log, or another runtime error (message on stderr); 2 bad usage, no catalog at the
+path, unknown topic, durable subscription or consumer group, a closed topic, a position older
+than the retained history, or an expired durable subscription; 130 interrupted with Ctrl-C.
 
 This module declares the commands, their options and help texts; the work is done in the
 modules of :mod:`epochstream._cli` (consoles and exit statuses, the catalog, the topics table,
-finding and following a topic for ``tail``, positions, history and durable subscriptions) and,
+finding and following a topic for ``tail``, positions, history, durable subscriptions and
+consumer groups) and,
 for ``demo``, in :mod:`epochstream.demo`.
 """
 
@@ -49,6 +54,9 @@ from ._cli.catalogs import open_existing_catalog, unknown_topic
 from ._cli.durable import (durable_json, durables_table, find_durable, refuse_if_held,
                            reset_report, reset_target)
 from ._cli.formats import fmt_bytes
+from ._cli.groups import (find_group, group_durable_json, group_durable_rows, group_json,
+                          group_units, groups_table, info_json, info_lines, refuse_if_leased,
+                          reset_check, stopped_notice)
 from ._cli.history import HistoryWriter, delete_logs, print_history
 from ._cli.lookup import find_topic, publishers
 from ._cli.positions import TIME_HELP, fmt_position, parse_position
@@ -95,6 +103,14 @@ DURABLE_STATUS_HELP = (
     "  1    refused: a live subscriber holds it (see --force); other errors\n"
     "  2    bad usage; no catalog at the path; unknown topic or name; a position\n"
     "       that is not retained\n"
+)
+GROUP_STATUS_HELP = (
+    "Exit status:\n\n\b\n"
+    "  0    done\n"
+    "  1    refused: workers hold live leases (see --force); other errors\n"
+    "  2    bad usage; no catalog at the path; unknown topic or group; a group\n"
+    "       whose position is no longer retained (reset)\n\n"
+    "Consumer groups: docs/consumers.md."
 )
 
 app = typer.Typer(
@@ -284,19 +300,24 @@ app.add_typer(durable_app, name="durable",
     help="List the durable subscriptions (of TOPIC, or of every topic): the acked position "
          "(every epoch not at or beyond it was acked), epochs acked out of order beyond it, "
          "the state (active, or expired: retention deleted epochs it had not acked), who holds "
-         "it and whether that process still runs, and when it last acked.",
+         "it and whether that process still runs, and when it last acked. Consumer groups are "
+         "listed too, as group:NAME: their position is their acked frontier, their holder the "
+         "workers with live leases (epochstream group ls shows more).",
     epilog=DURABLE_STATUS_HELP)
 def durable_ls(
     topic: Optional[str] = typer.Argument(None, metavar="[TOPIC]", hidden=True),
     catalog: Optional[str] = _catalog_option("to read"),
-    as_json: bool = typer.Option(False, "--json",
-                                 help="Print one JSON object per durable subscription."),
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="Print one JSON object per durable subscription (\"kind\": \"durable\") or "
+             "consumer group (\"kind\": \"group\")."),
 ) -> None:
     cat = open_existing_catalog(catalog)
     try:
         if topic is not None:
             cat.lookup(topic)
         found = cat.durables(topic)
+        groups = [(g, group_units(cat, g.topic, g.name)) for g in cat.groups(topic)]
     except TopicNotFound as e:
         raise unknown_topic(cat, e, can_wait=False) from None
     except EpochstreamError as e:
@@ -305,18 +326,26 @@ def durable_ls(
     if as_json:
         for d in found:
             console.print(durable_json(d), soft_wrap=True, markup=False)
+        for g, units in groups:
+            console.print(group_durable_json(g, units), soft_wrap=True, markup=False)
         return
     where = f"topic {topic!r} in catalog {cat.path}" if topic else f"catalog {cat.path}"
-    if not found:
+    if not found and not groups:
         console.print(escape(f"no durable subscriptions in {where}"), soft_wrap=True)
         return
-    console.print(escape(f"durable subscriptions in {where}"), soft_wrap=True)
-    console.print(durables_table(cat, found))
+    what = "durable subscriptions and consumer groups" if groups else "durable subscriptions"
+    console.print(escape(f"{what} in {where}"), soft_wrap=True)
+    table = durables_table(cat, found)
+    group_durable_rows(cat, table, groups)
+    console.print(table)
     for d in found:
         if d.state == "expired":
             err().print(escape(f"{d.name!r} of {d.topic!r} expired: {d.reason}; to go on from "
                                f"what is retained: epochstream durable reset {d.topic} {d.name}"),
                         soft_wrap=True)
+    for g, _ in groups:
+        if g.state == "stopped":
+            err().print(escape(stopped_notice(g)), soft_wrap=True)
 
 
 @durable_app.command(
@@ -384,12 +413,172 @@ def durable_drop(
                        f"{fmt_position(order, d.position)})"), soft_wrap=True)
 
 
+# ---- group ------------------------------------------------------------------------------------
+
+
+group_app = typer.Typer(
+    name="group",
+    help="List, inspect, reset and drop consumer groups: workers that share the epochs of a "
+         "topic with leases, acks and redelivery (epochstream.EpochGroup; docs/consumers.md).",
+    epilog=GROUP_STATUS_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(group_app, name="group",
+              short_help="List, inspect, reset and drop consumer groups.")
+
+
+@group_app.command(
+    "ls", short_help="List consumer groups and their positions.",
+    help="List the consumer groups (of TOPIC, or of every topic): the mode, the position (the "
+         "acked frontier: every epoch not at or beyond it is acked or dead-lettered; - before "
+         "the first fetch), the units under a live lease (+N expired: leases whose deadline "
+         "passed or whose worker is gone, offered again at the next fetch), the units acked "
+         "and dead-lettered beyond the position (those behind it are settled and forgotten), "
+         "the state and why a stopped group stopped. A unit is an epoch, or one bucket of an "
+         "epoch in key_shared mode.",
+    epilog=GROUP_STATUS_HELP)
+def group_ls(
+    topic: Optional[str] = typer.Argument(None, metavar="[TOPIC]", hidden=True),
+    catalog: Optional[str] = _catalog_option("to read"),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print one JSON object per consumer group."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    try:
+        if topic is not None:
+            cat.lookup(topic)
+        groups = [(g, group_units(cat, g.topic, g.name)) for g in cat.groups(topic)]
+    except TopicNotFound as e:
+        raise unknown_topic(cat, e, can_wait=False) from None
+    except EpochstreamError as e:
+        raise fail(str(e)) from None
+    console = out()
+    if as_json:
+        for g, units in groups:
+            console.print(group_json(g, units), soft_wrap=True, markup=False)
+        return
+    where = f"topic {topic!r} in catalog {cat.path}" if topic else f"catalog {cat.path}"
+    if not groups:
+        console.print(escape(f"no consumer groups in {where}"), soft_wrap=True)
+        return
+    console.print(escape(f"consumer groups in {where}"), soft_wrap=True)
+    console.print(groups_table(cat, groups))
+    for g, _ in groups:
+        if g.state == "stopped":
+            err().print(escape(stopped_notice(g)), soft_wrap=True)
+
+
+@group_app.command(
+    "info", short_help="Show a consumer group and every unit it leases.",
+    help="Show the consumer group NAME of TOPIC: its definition (mode, ack_wait, max_deliver, "
+         "dead_letter), position and state, every leased unit with its worker, that worker's "
+         "process (alive or gone), its deliveries and the seconds to its deadline, then the "
+         "units acked and dead-lettered beyond the position and those given back (nak) that "
+         "wait to be delivered again.",
+    epilog=GROUP_STATUS_HELP)
+def group_info(
+    topic: str = typer.Argument(..., metavar="TOPIC", hidden=True),
+    name: str = typer.Argument(..., metavar="NAME", hidden=True),
+    catalog: Optional[str] = _catalog_option("to read"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    try:
+        cat.lookup(topic)
+        g = find_group(cat, topic, name)
+        units = group_units(cat, topic, name)
+        shown = None if as_json else info_lines(cat, g, units)
+    except TopicNotFound as e:
+        raise unknown_topic(cat, e, can_wait=False) from None
+    except EpochstreamError as e:
+        raise fail(str(e)) from None
+    console = out()
+    if shown is None:
+        console.print(info_json(g, units), soft_wrap=True, markup=False)
+        return
+    head, table, rest = shown
+    for line in head:
+        console.print(escape(line), soft_wrap=True)
+    if table.row_count:
+        console.print(table)
+    for line in rest:
+        console.print(escape(line), soft_wrap=True)
+    if g.state == "stopped":
+        err().print(escape(stopped_notice(g)), soft_wrap=True)
+
+
+@group_app.command(
+    "reset", short_help="Re-activate a stopped consumer group.",
+    help="Re-activate the consumer group NAME of TOPIC after it stopped (an epoch was "
+         "delivered max_deliver times without an ack and the group has no dead-letter topic): "
+         "its workers' fetches lease epochs again, at the group's position. Fix the cause "
+         "first. A group stopped because retention deleted epochs at or beyond its position "
+         "cannot go on from there: drop it instead.",
+    epilog=GROUP_STATUS_HELP)
+def group_reset(
+    topic: str = typer.Argument(..., metavar="TOPIC", hidden=True),
+    name: str = typer.Argument(..., metavar="NAME", hidden=True),
+    catalog: Optional[str] = _catalog_option("to change"),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    try:
+        order = cat.lookup(topic).order
+        g = find_group(cat, topic, name)
+        if g.state == "stopped":
+            reset_check(cat, g)
+            cat.group_reset(topic, name)
+    except TopicNotFound as e:
+        raise unknown_topic(cat, e, can_wait=False) from None
+    except EpochstreamError as e:
+        raise fail(str(e)) from None
+    at = fmt_position(order, g.position)
+    if g.state != "stopped":
+        line = f"consumer group {name!r} of topic {topic!r} is {g.state} (at {at}): nothing to reset"
+    else:
+        line = (f"reset consumer group {name!r} of topic {topic!r} at {at}: active again (it "
+                f"had stopped: {g.reason})")
+    out().print(escape(line), soft_wrap=True)
+
+
+@group_app.command(
+    "drop", short_help="Delete a consumer group.",
+    help="Delete the consumer group NAME of TOPIC and its state (leases, acks, delivery "
+         "counts, position): a worker that opens it again starts a new group at the earliest "
+         "retained epoch. Refused while a worker holds a live lease, unless --force (the "
+         "workers' next fetch, ack or nak then fails).",
+    epilog=GROUP_STATUS_HELP)
+def group_drop(
+    topic: str = typer.Argument(..., metavar="TOPIC", hidden=True),
+    name: str = typer.Argument(..., metavar="NAME", hidden=True),
+    catalog: Optional[str] = _catalog_option("to change"),
+    force: bool = typer.Option(False, "--force", "-f",
+                               help="Drop it even while workers hold live leases."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    try:
+        order = cat.lookup(topic).order
+        g = find_group(cat, topic, name)
+        if not force:
+            refuse_if_leased(g, group_units(cat, topic, name), "drop")
+        cat.group_drop(topic, name)
+    except TopicNotFound as e:
+        raise unknown_topic(cat, e, can_wait=False) from None
+    except EpochstreamError as e:
+        raise fail(str(e)) from None
+    out().print(escape(f"dropped consumer group {name!r} of topic {topic!r} (it was at "
+                       f"{fmt_position(order, g.position)})"), soft_wrap=True)
+
+
 # ---- drop -------------------------------------------------------------------------------------
 
 
 @app.command(short_help="Delete a topic from the catalog.",
-             help="Delete TOPIC, its partitions and its durable subscriptions from the catalog, "
-                  "and the segment files of its epoch logs from disk. A topic with a live "
+             help="Delete TOPIC, its partitions, durable subscriptions and consumer groups from "
+                  "the catalog, and the segment files of its epoch logs from disk. A topic with "
+                  "a live "
                   "publisher is refused (status 1) unless --force is given.",
              epilog=DROP_STATUS_HELP)
 def drop(
@@ -411,6 +600,7 @@ def drop(
                        hint="stop the publisher first, or pass --force to drop the topic anyway")
         logs = cat.history_states(topic)  # read before the rows go
         durables = cat.durables(topic)
+        groups = cat.groups(topic)
         cat.drop_topic(topic)
     except TopicNotFound as e:
         raise unknown_topic(cat, e, can_wait=False) from None
@@ -424,6 +614,7 @@ def drop(
                    + ", ".join(s.dir for s in logs.values())) from None
     console = out()
     extra = f" and {len(durables)} durable subscription(s)" if durables else ""
+    extra += f" and {len(groups)} consumer group(s)" if groups else ""
     console.print(escape(f"dropped topic {topic!r} ({info.partitions} partition(s)){extra} "
                          f"from catalog {cat.path}"), soft_wrap=True)
     for d in deleted:

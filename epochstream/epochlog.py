@@ -12,14 +12,15 @@ Segment file ``<dir>/<seq:010d>.eslog``: a sequence of records ::
                  --    (frame 2, in the topic's codec, stored as received: no re-encoding)
                  -- F: the F header (frame 1, msgpack [[time, delta], ...])
 
-Writing (:class:`LogWriter`, driven by the publisher's calling thread): each data call appends a
-``D`` record, and the writer remembers, per open epoch, where its records are. When a frontier
-advance completes epochs (no element of the new lower frontier is ``<=`` them), it appends the
-``F`` record, ``fsync``\\ s (policy ``Retention.fsync``), then indexes the completed epochs and the
-new frontiers in one catalog transaction — all *before* the publisher sends the ``F``, so an epoch
-a subscriber sees complete is always in the log. A segment is closed at the first epoch boundary
-after it reached ``segment_bytes`` at which no open epoch has records in it, so every epoch lives
-in exactly one segment and deleting a segment removes whole epochs. Retention
+Writing (:class:`LogWriter`, driven by the publisher's loop thread): each data message appends
+a ``D`` record, and the writer remembers, per open epoch, where its records are. Each frontier
+change appends its ``F`` record; when the changes the loop has at hand are written, one
+:meth:`LogWriter.commit` ``fsync``\\ s (policy ``Retention.fsync``) and indexes the epochs they
+complete and the new frontiers in one catalog transaction (a group commit) — all *before* the
+loop sends those ``F`` messages, so an epoch a subscriber sees complete is always in the log.
+A segment is closed at the first epoch boundary after it reached ``segment_bytes`` at which no
+open epoch has records in it, so every epoch lives in exactly one segment and deleting a segment
+removes whole epochs. Retention
 (:func:`~epochstream.retention.segments_to_delete`) then deletes the oldest whole segments.
 
 A new publisher on a partition whose logged stream *finished* (closed: empty lower frontier)
@@ -88,9 +89,10 @@ class LogWriter:
     """Writes one partition's epoch log and indexes it in ``catalog``.
 
     ``LogWriter(catalog, topic, partition, order, retention, directory)`` — call :meth:`open`
-    first (recovery), then :meth:`data` for every data message and :meth:`frontier` for every
-    lower frontier change, in the order the publisher sends them. Not thread-safe (the
-    publisher calls it under its lock). Every failure to write, sync or index raises
+    first (recovery), then :meth:`data` for every data message and :meth:`frontier` (or
+    :meth:`frontier_write` and, for a group, one :meth:`commit`) for every lower frontier change,
+    in the order the publisher sends them. Not thread-safe: one thread drives it (the
+    publisher's loop thread). Every failure to write, sync or index raises
     :class:`~epochstream.errors.HistoryWriteError` and leaves the writer failed (every later
     call raises too): the publisher must not complete epochs it could not log.
     """
@@ -103,6 +105,7 @@ class LogWriter:
         self._open: dict[Any, _Open] = {}
         self._file: Any = None
         self._failed: BaseException | None = None
+        self._pending: tuple | None = None  # (lower, upper) written, not committed yet
         self.state: HistoryState | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -201,17 +204,51 @@ class LogWriter:
 
     def frontier(self, lower: tuple, upper: tuple, header: bytes) -> None:
         """Log a lower frontier change to ``lower`` (elements after it; ``header`` its wire
-        ``F`` header) and index the epochs it completes, before the caller sends it."""
+        ``F`` header; ``upper`` the upper frontier then) and index the epochs it completes:
+        :meth:`frontier_write` then :meth:`commit`."""
+        self.frontier_write(lower, upper, header)
+        self.commit()
+
+    def frontier_write(self, lower: tuple, upper: tuple, header: bytes) -> None:
+        """Append the ``F`` record of a lower frontier change to ``lower``; the epochs it
+        completes are indexed by the next :meth:`commit` (several changes share one commit: a
+        group commit, one ``fsync`` and one catalog transaction)."""
         self._check()
+        try:
+            self._offset += self._append(_F, bytes(header))[0]
+        except OSError as e:
+            raise self._fail("write a frontier record", e) from e
+        self._pending = (tuple(lower), tuple(upper))
+
+    @property
+    def full(self) -> bool:
+        """True iff the segment being written reached ``segment_bytes``: commit now, so that
+        it can roll at this epoch boundary (a group commit never makes a segment much bigger
+        than ``segment_bytes``)."""
+        return self._offset >= self.retention.segment_bytes
+
+    @property
+    def uncommitted(self) -> bool:
+        """True iff a frontier change was written but not committed yet."""
+        return self._pending is not None
+
+    def commit(self) -> None:
+        """Make the frontier changes written since the last commit durable: flush, ``fsync``
+        the segment if they complete epochs (policy ``Retention.fsync``), then index the
+        completed epochs and the new frontiers in one catalog transaction, roll the segment if
+        it is full, apply retention. The caller sends the changes only after this returns."""
+        self._check()
+        if self._pending is None:
+            return
+        lower, upper = self._pending
         new_lower = Antichain(self.order, lower)
         done = [t for t in self._open if not new_lower.less_equal(t)]
         try:
-            self._offset += self._append(_F, bytes(header))[0]
             self._file.flush()
             if done and self.retention.fsync != "none":  # their data must be on disk first;
                 os.fsync(self._file.fileno())             # the lower frontier is in the index
         except OSError as e:
-            raise self._fail("write a frontier record", e) from e
+            raise self._fail("write the frontier records", e) from e
         now = _time.time()
         epochs = []
         for t in done:
@@ -235,6 +272,7 @@ class LogWriter:
             if new_file is not None:
                 new_file.close()
             raise self._fail("index the completed epochs in the catalog", e) from e
+        self._pending = None
         for t in done:
             del self._open[t]
         self._lower = new_lower
@@ -271,9 +309,14 @@ class LogWriter:
         log.info("epoch log %s/%s: retention deleted %d segment(s); retained since %s",
                  self.topic, self.partition, n, list(since))
         for name in expired:
-            log.warning("durable subscription %r of %r expired: retention of partition %s "
-                        "deleted epochs at or beyond its position", name, self.topic,
-                        self.partition)
+            if name.startswith("group:"):
+                log.warning("consumer group %r of %r stopped: retention of partition %s "
+                            "deleted epochs at or beyond its position", name[6:], self.topic,
+                            self.partition)
+            else:
+                log.warning("durable subscription %r of %r expired: retention of partition %s "
+                            "deleted epochs at or beyond its position", name, self.topic,
+                            self.partition)
 
 
 def read_epoch(directory: str | os.PathLike, record: EpochRecord) -> list[tuple[bytes, bytes]]:

@@ -44,11 +44,11 @@ import msgpack
 from .catalog import Catalog
 from .catalog_groups import Claimed, GroupInfo
 from .catalog_liveness import HOST
-from .errors import GroupStopped
+from .errors import GroupStopped, HistoryUnavailable
 from .events import Epoch
 from .frontier import Antichain, join
 from .history import History
-from .leases import MODES, WHOLE, group_position, plan
+from .leases import MODES, WHOLE, Plan, group_position, plan
 
 __all__ = ["EpochGroup", "Lease"]
 
@@ -222,7 +222,14 @@ class EpochGroup:
         for s in states.values():  # epochs at or beyond any partition's lower are incomplete
             lower.extend(s.lower)
             uppers.extend(s.upper)
-        recs = self.history.records(since=list(self._position) if self._position else None)
+        try:
+            recs = self.history.records(since=list(self._position) if self._position else None)
+        except HistoryUnavailable:
+            info = self.catalog.group_info(self.topic, self.name)
+            if info.state == "stopped":
+                raise GroupStopped(f"consumer group {self.name!r} of topic {self.topic!r} "
+                                   f"stopped: {info.reason}") from None
+            raise
         by_time = dict(recs)
         if self.mode == "key_shared":
             candidates = [(t, b) for t, r in recs for b in sorted(self._buckets(t, r))]
@@ -238,10 +245,12 @@ class EpochGroup:
             p = plan(order, self.mode, cands, epoch_states, now=now, max_epochs=max_epochs,
                      max_deliver=self.max_deliver)
             pos = group_position(order, cands, epoch_states, lower.elements)
-            if stored:  # never backwards (this worker's view may be older than another's)
-                pos = join(order, stored, pos) if pos else stored
             if not pos and total and uppers:  # all settled and the logs finished: a stream
                 pos = (max(uppers) + 1,)      # that continues them starts after their upper
+            if stored and pos:  # never backwards (this worker's view may be older than
+                pos = join(order, stored, pos)  # another's); () is past everything already
+            if p.exhausted and self.dead_letter is None:  # the group stops: lease nothing
+                p = Plan((), p.exhausted[:1])
             return p, pos
 
         claimed, exhausted, position = self.catalog.group_claim(self.topic, self.name,
@@ -302,6 +311,8 @@ class EpochGroup:
         if self.dead_letter is None:
             reason = (f"epoch {t!r} was delivered {claimed.deliveries} times without an ack "
                       f"(max_deliver={self.max_deliver}) and the group has no dead_letter topic")
+            self.catalog.group_settle(self.topic, self.name, claimed.unit, claimed.token,
+                                      outcome="nak")  # free again: a reset leases it anew
             self.catalog.group_stop(self.topic, self.name, reason)
             raise GroupStopped(f"consumer group {self.name!r} of topic {self.topic!r} stopped: "
                                f"{reason}")

@@ -165,3 +165,42 @@ def test_history_profile_tiny(tmp_path):
     assert "os.fsync of the segment" in p["variants"]["frontier"]["functions"]
     assert "os.fsync of the segment" not in p["variants"]["nofsync"]["functions"]
     assert (tmp_path / "prof.txt").read_text().count("==== retention") == 3
+
+
+# -- consumer groups (issue 12): tiny versions of the ``groups`` case --
+
+def test_groups_tiny(tmp_path):
+    from benchmarks import bench_groups
+    pool = bench_groups._Pool(2)
+    try:
+        # shared mode, two worker processes: every epoch acked once, whole, 0..n-1
+        r = bench_groups.throughput_run(pool, mode="shared", work=0.002, workers=2, duration=0.3,
+                                        base=str(tmp_path))
+        assert r["ok"], r.get("detail") or r.get("error")
+        assert r["epochs"] > 0 and r["epochs_acked_total"] >= r["epochs"] and len(r["per_worker"]) == 2
+        assert r["fetch"]["n"] == r["ack"]["n"] == r["epochs_acked_total"]
+        assert r["ms_per_epoch"]["claim"] > 0 and r["calls_per_epoch"]["settle"] == 1
+        # partial mode over two independent product(2) chains
+        p = bench_groups.throughput_run(pool, mode="partial", work=0.002, workers=2, duration=0.3,
+                                        chains=2, base=str(tmp_path))
+        assert p["ok"], p.get("detail") or p.get("error")
+        assert p["order_violations"] == 0 and set(p["acked_per_chain"]) == {"0", "1"}
+        # redelivery after an expired lease and after a SIGKILL, one sample each
+        d = bench_groups.redelivery(pool, 1, base=str(tmp_path), log=lambda m: None)
+        assert d["ok"], d.get("error") or d["rows"]
+        assert {(x["kind"], x["samples"]) for x in d["summary"]} == {("expiry", 1), ("kill", 1)}
+        assert all(x["late_ack_refused"] for x in d["rows"] if x["kind"] == "expiry")
+    finally:
+        pool.close()
+
+
+def test_groups_profile_and_backlog_tiny(tmp_path):
+    from benchmarks import bench_groups
+    p = bench_groups.profile_worker(0.1, out=tmp_path / "prof.txt", base=str(tmp_path))
+    assert p["fetch_acks"] > 0 and "Catalog.group_claim (BEGIN IMMEDIATE … COMMIT)" in p["functions"]
+    assert (tmp_path / "prof.txt").read_text().startswith("cProfile")
+    q = bench_groups.sql_breakdown(3, base=str(tmp_path))
+    assert any(x["sql"] == "BEGIN IMMEDIATE" and x["calls"] == 2 for x in q["statements"])
+    assert 0 < q["sqlite_us_per_fetch_ack"] < q["us_per_fetch_ack"]
+    b = bench_groups.backlog_latency((5,), samples=3, base=str(tmp_path))
+    assert b[0]["fetch"]["n"] == 3 and b[0]["ack"]["median_ms"] > 0

@@ -372,7 +372,7 @@ def test_expired_durable_subscription_and_its_reset(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "error: durable subscription 'slow' of topic 'r' expired: epochs at or beyond its "
-        "position [0] were deleted by retention",
+        f"position [0] were deleted by retention (retained since [{since}])",
         "hint: go on from what is retained, skipping what was deleted: epochstream durable "
         "reset r slow"]
     ls = cli(cat, "durable", "ls", "r")

@@ -13,6 +13,7 @@ from typing import Callable
 import zmq
 
 from .. import wire
+from ..errors import HistoryWriteError
 from ..events import InitialFrontierSnapshot
 from ..frontier import Antichain, apply_changes
 from ..order import dual
@@ -62,6 +63,13 @@ class PublisherLoop:
         self._loop_aborted: list | None = None  # the X aborted notice, once the loop aborted
         self._last_broadcast = self._last_probe = _time.monotonic()
         self._stop_linger = 0.0
+        # the epoch log (retention): data is logged as it is sent; frontier changes are written
+        # at once but sent only after the group commit that makes them durable (_commit_log)
+        self._log = getattr(p, "_log", None)
+        self._log_lower: dict = dict(self._loop_lower)  # the lower frontier as logged
+        self._unsent: list = []  # (update, frames) of frontier changes awaiting the commit
+        self.log_error: HistoryWriteError | None = None  # set once the log failed
+        self._log_closed = False
 
     def run(self) -> None:
         """The thread's body: serve until stopped; a failure is kept in :attr:`error`."""
@@ -72,6 +80,8 @@ class PublisherLoop:
             log.exception("publisher loop %s/%s died", self.topic, self.partition)
             raise
         finally:
+            if self._log is not None:
+                self._log.close()
             for kind, arg, _ in self._handoff.ended():  # nobody may wait for a flush forever
                 if kind == SYNC:
                     arg.set()
@@ -139,6 +149,7 @@ class PublisherLoop:
         now = self._last_broadcast = _time.monotonic()
         data = 0
         fanout.full = False
+        logging_ = self._log is not None
         for _ in range(limit):
             if not commands or fanout.full:
                 break
@@ -147,24 +158,95 @@ class PublisherLoop:
                 self._loop_upper.insert(arg)
                 if commands and self.coalesce_bytes:
                     frames = self._coalesce(arg, frames, now)
+                if logging_ and not self._log_data(arg, frames):
+                    continue
                 if len(fanout.peers) > 1 and len(frames[2]) >= SHARE_FRAME_BYTES:
                     frames = [frames[0], frames[1], zmq.Frame(frames[2])]
                 fanout.broadcast(frames, transmit, now)
                 data += 1
             elif kind is FRONTIER:
+                if logging_:
+                    self._log_frontier(arg, frames)
+                    continue
                 apply_changes(self._loop_lower, arg.updates)
                 fanout.broadcast(frames, transmit, now)
             elif kind is SYNC:
+                self._commit_log(now)
                 arg.set()
             elif kind is ABORT:
+                self._commit_log(now)
+                self._close_log()  # nothing more is logged: a successor may open the log now
                 self._abort_peers(arg)
             elif kind is STOP:
+                self._commit_log(now)
+                self._close_log()
                 self._stop_linger = arg
                 return True
+        self._commit_log(now)
         self.stats["data_messages"] += data
         self._handoff.made_space()
         self._log_evictions()
         return False
+
+    # -- the epoch log (retention) ----------------------------------------------------------
+    def _close_log(self) -> None:
+        """Flush and close the segment file (uncommitted records stay, for recovery to
+        truncate); later data and frontier commands are not logged and not sent."""
+        if self._log is not None and not self._log_closed:
+            self._log.close()
+            self._log_closed = True
+
+    def _log_data(self, t, frames: list) -> bool:
+        """Append a data message to the log; False (send nothing) once the log failed or was
+        closed."""
+        if self.log_error is not None or self._log_closed:
+            return False
+        try:
+            self._log.data(t, frames[1], frames[2])
+        except HistoryWriteError as e:
+            self._log_failed(e)
+            return False
+        return True
+
+    def _log_frontier(self, update, frames: list) -> None:
+        """Write a frontier change's ``F`` record; it is sent after the next commit."""
+        if self.log_error is not None or self._log_closed:
+            return
+        apply_changes(self._log_lower, update.updates)
+        try:
+            self._log.frontier_write(tuple(self._log_lower), self._loop_upper.elements, frames[1])
+        except HistoryWriteError as e:
+            self._log_failed(e)
+            return
+        self._unsent.append((update, frames))
+        if self._log.full:  # the segment may roll at this epoch boundary: commit now
+            self._commit_log(_time.monotonic())
+
+    def _commit_log(self, now: float) -> None:
+        """Group commit: make the frontier changes written so far durable (one fsync, one
+        catalog transaction), then send them, in order."""
+        if not self._unsent:
+            return
+        try:
+            self._log.commit()
+        except HistoryWriteError as e:
+            self._log_failed(e)
+            return
+        unsent, self._unsent = self._unsent, []
+        self.stats["log_commits"] += 1
+        for update, frames in unsent:
+            apply_changes(self._loop_lower, update.updates)
+            self._fanout.broadcast(frames, self._transmit, now)
+
+    def _log_failed(self, e: HistoryWriteError) -> None:
+        """The log failed: send no more data or frontier changes (no epoch it could not log
+        completes), tell every subscriber the publisher aborted; the publisher's next call
+        raises :attr:`log_error`."""
+        log.error("publisher %s/%s: %s", self.topic, self.partition, e)
+        self.log_error = e
+        self._unsent.clear()
+        if self._loop_aborted is None:
+            self._abort_peers(f"the epoch log failed: {e}")
 
     def _abort_peers(self, reason: str) -> None:
         """Queue an ``X aborted`` notice behind each peer's backlog; later hellos and pings

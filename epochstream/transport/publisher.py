@@ -129,19 +129,22 @@ class Publisher:
         a :class:`~epochstream.retention.Retention` to keep this partition's epoch log (durable
         history: late joiners with ``Subscriber(start=...)``, durable subscriptions, restarts
         that remember; docs/history.md), or ``None`` (the default: no history). Needs a
-        ``catalog`` (the log's index lives there). Each data call is appended to the log; a
-        frontier advance that completes epochs is written, synced (``Retention.fsync``) and
-        indexed *before* it is sent, so a subscriber never sees an epoch complete that the log
-        does not hold. A publisher started on a partition whose log is unfinished (its
+        ``catalog`` (the log's index lives there). The loop thread appends each data message
+        to the log; a frontier advance that completes epochs is written, synced
+        (``Retention.fsync``) and indexed *before* it is sent (the frontier changes queued
+        together share one commit: a group commit), so a subscriber never sees an epoch
+        complete that the log does not hold; :meth:`flush` returns once everything before it
+        is logged. A publisher started on a partition whose log is unfinished (its
         predecessor crashed, was killed or aborted) resumes from it: without ``start`` its
         capabilities are the logged lower frontier (see :attr:`lower`), with ``start`` that
         must be at or beyond it; the upper frontier is recovered too. On a partition whose
         logged stream finished (closed) the log continues with later epochs: without ``start``
         a total order resumes after the logged upper frontier (``pub.lower`` says where); other
         orders need ``start`` (not at or below the logged upper frontier). If the log cannot be
-        written the publisher aborts and raises
-        :class:`~epochstream.errors.HistoryWriteError`: it never completes an epoch it could not
-        log.
+        written the publisher aborts (subscribers get
+        :class:`~epochstream.errors.PublisherAborted`) and its next call raises
+        :class:`~epochstream.errors.HistoryWriteError`: it never completes an epoch it could
+        not log.
 
     Flow control: a subscriber that opens with credit (``Subscriber(credit=N)``) is sent at most
     its granted ``D``/``F`` messages; beyond that its messages wait in its backlog, and when that
@@ -342,6 +345,13 @@ class Publisher:
 
     # -- calls -----------------------------------------------------------------------------
     def _check_open(self) -> None:
+        failed = self._loop.log_error
+        if failed is not None:  # the loop could not log: it told subscribers (X aborted)
+            if not self._closed:
+                self._end_locked(f"the epoch log failed: {failed}", 10.0)
+            raise HistoryWriteError(f"publisher {self.topic}/{self.partition}: {failed}; it "
+                                    f"aborted: no epoch it could not log completes (restart it "
+                                    f"to resume from the last logged frontier)") from failed
         if self._loop.error is not None:
             raise ProtocolError(f"publisher {self.topic}/{self.partition}: its loop died "
                                 f"({self._loop.error!r}); nothing more can be sent")
@@ -378,8 +388,6 @@ class Publisher:
                 if self._catalog is not None and protocol.extends_upper(t):
                     self._record_upper(t)
                 self._last_time, self._last_header = t, header
-            if self._log is not None:
-                self._logged(self._log.data, t, self._last_header, payload)
             protocol.accept(t)
             self._enqueue((DATA, t, [wire.DATA, self._last_header, payload]))
 
@@ -422,24 +430,11 @@ class Publisher:
         """Log (with retention: write, sync, index the epochs it completes) then send a lower
         frontier change (caller holds ``self._lock``)."""
         frames = wire.encode_frontier(msg)
-        if self._log is not None:
-            self._logged(self._log.frontier, self._protocol.lower, self._protocol.upper,
-                         frames[1])
         command = (FRONTIER, msg, frames)
         if final:
             self._handoff.put_final(command)
         else:
             self._enqueue(command)
-
-    def _logged(self, call, *args) -> None:
-        """Run a log call (caller holds ``self._lock``); when the log fails, abort (no epoch
-        it could not log may complete) and raise its :class:`HistoryWriteError`."""
-        try:
-            call(*args)
-        except HistoryWriteError as e:
-            if not self._closed:
-                self._end_locked(f"the epoch log failed: {e}", 10.0)
-            raise
 
     def _enqueue(self, command: tuple) -> None:
         """Hand a command to the loop (caller holds ``self._lock``); raises if the loop died."""
@@ -449,13 +444,18 @@ class Publisher:
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Block until the loop has handled every call made before (not until subscribers read
-        it). Returns False on timeout (seconds)."""
+        it; with retention: until it is logged). Returns False on timeout (seconds). Raises
+        :class:`~epochstream.errors.HistoryWriteError` if the log failed meanwhile."""
         ev = threading.Event()
         with self._lock:
             if not self._thread.is_alive() or self._closed:
                 return True if not self._closed else self.join(timeout)
             self._enqueue((SYNC, ev, None))
-        return ev.wait(timeout)
+        done = ev.wait(timeout)
+        if self._loop.log_error is not None:
+            with self._lock:
+                self._check_open()
+        return done
 
     # -- ending ----------------------------------------------------------------------------
     def close(self, linger: float = 10.0, wait: bool = False) -> None:
@@ -496,16 +496,25 @@ class Publisher:
         if abort_reason is None:
             msg = self._protocol.close()
             if msg is not None:
-                try:
-                    self._send_frontier(msg, final=True)
-                except HistoryWriteError as e:
-                    abort_reason = f"the epoch log failed at close: {e}"
+                self._send_frontier(msg, final=True)
+            if self._log is not None:  # the final commit decides: closed, or aborted
+                done = threading.Event()
+                self._handoff.put_final((SYNC, done, None))
+                done.wait(30.0)
+                failed = self._loop.log_error
+                if failed is not None or not done.is_set():
+                    abort_reason = (f"the epoch log failed at close: {failed}" if failed
+                                    else "the epoch log did not commit within 30 s at close")
         if abort_reason is not None:
             self._aborted = abort_reason
             log.warning("publisher %s/%s aborted: %s", self.topic, self.partition, abort_reason)
             self._handoff.put_final((ABORT, abort_reason, None))
-        if self._log is not None:
-            self._log.close()
+            if self._log is not None and self._thread.is_alive():
+                # wait until the loop closed the log: a successor (even in this process) may
+                # open and recover it as soon as the catalog says aborted
+                quiet = threading.Event()
+                self._handoff.put_final((SYNC, quiet, None))
+                quiet.wait(30.0)
         self._mark_ended(aborted=abort_reason is not None)
         self._handoff.put_final((STOP, float(linger), None))
         self._closer = threading.Thread(target=self._finish_close, args=(float(linger),),
@@ -524,6 +533,8 @@ class Publisher:
     def _finish_close(self, linger: float) -> None:
         t0 = _time.monotonic()
         self._thread.join(linger + 5.0)
+        if self._log is not None and not self._thread.is_alive():
+            self._log.close()
         self._close_sockets(max(0.0, linger - (_time.monotonic() - t0)))
 
     def join(self, timeout: float | None = None) -> bool:

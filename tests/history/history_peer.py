@@ -65,7 +65,10 @@ def publish(a) -> None:
     cat = Catalog(a.catalog)
     ret = Retention(dir=a.dir, segment_bytes=a.segment_bytes, max_epochs=a.max_epochs,
                     max_bytes=None, max_age=None)
-    pub = Publisher(a.topic, 0, catalog=cat, retention=ret, heartbeat_interval=0.2)
+    # coalesce_bytes=0: every send is one message and one log record (the faults test flips
+    # bits in a chosen record of an epoch)
+    pub = Publisher(a.topic, 0, catalog=cat, retention=ret, heartbeat_interval=0.2,
+                    coalesce_bytes=0)
     print("ready", pub.incarnation, json.dumps(list(pub.lower)), json.dumps(list(pub.upper)),
           flush=True)
     first = pub.lower[0] if a.resume else a.first

@@ -307,7 +307,10 @@ def test_full_disk_rlimit_fsize_aborts_and_never_completes_the_unlogged_epoch(tm
         _read_until(p1, "paused 0")
         _say(p1)
         _read_until(p1, "limited")
-        assert _read_until(p1, "HistoryWriteError") == ["HistoryWriteError", fails_in, "3"]
+        # the loop logs asynchronously: the failing write is epoch 3's, the call that reports
+        # it is the next one (a send, advance_to or close at epoch 3 or later)
+        words = _read_until(p1, "HistoryWriteError")
+        assert words[1] in ("send", "advance_to", "close") and int(words[2]) >= 3, words
         rc, _, err = _finish(p1)
         assert rc == 3
         assert "File too large" in err and "aborted: the epoch log failed" in err
@@ -375,10 +378,9 @@ def test_unwritable_log_directory_aborts_and_loses_nothing(tmp_path):
             undo()
     failed = int(words[2])
     logged = [t for t, _ in _history(cat)]
-    assert logged in (list(range(failed)), list(range(failed + 1)))
+    assert logged == list(range(len(logged))) and 2 <= len(logged) <= failed + 1
     assert isinstance(live.error, PublisherAborted), live.error
-    assert len(live.items) >= failed  # every epoch before the failing call
-    assert _seen(live.items) == _exact(logged, 1, 10, 150)[:len(live.items)]
+    assert _seen(live.items) == _exact(logged, 1, 10, 150)  # exactly the logged epochs
     assert Catalog(cat).lookup("t").partition_info[0].state == "aborted"
     p2 = _spawn("publish", cat, "t", "--resume", "--last", 8, *args)
     ready = _read_until(p2, "ready")

@@ -60,7 +60,8 @@ def test_join_in_the_middle_of_an_epoch_of_two_product_partitions(tmp_path):
             p.progress([((0, 0), -1), ((1, 0), 1), ((0, 1), 1)])
         p0.send((1, 0), [[0, "half"]])
         p0.send((0, 1), [[0, "b"]])
-        out: list = []
+        assert p0.flush() and p1.flush()  # the loops sent (and logged) all of it: the join's
+        out: list = []                    # snapshot covers it, so history must supply it
         sub = Subscriber("grid", cat, start=[(0, 0)], timeout=10)
         assert sub.wait_ready(10)
         th = threading.Thread(target=_collect, args=(sub, out))
@@ -162,6 +163,7 @@ def test_a_catch_up_that_races_retention_gets_an_explicit_error_not_corruption(t
         for t in range(1, 20):
             pub.send(t, [[t, "x" * 2000]])
             pub.advance_to(t + 1)
+        assert pub.flush()  # (the loop logs: flush returns once everything is logged)
         assert cat.history_state("r", 0).since != (0,)
         with pytest.raises(SubscriptionExpired) as info:
             list(durable.epochs(timeout=5))
