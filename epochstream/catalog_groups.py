@@ -108,6 +108,8 @@ _GROUP_COLUMNS = ("mode, ack_wait, max_deliver, dead_letter, position, state, re
 
 class GroupCatalog:
     """Consumer-group state in the catalog (mixin of :class:`~epochstream.catalog.Catalog`).
+    Claims and settlements run on the calling thread's long-lived connection (a worker's hot
+    path: no connect/close per fetch or ack), each in one ``BEGIN IMMEDIATE`` transaction.
     Raises :class:`~epochstream.errors.CatalogError` when the file cannot be read or written."""
 
     def group_open(self, topic: str, name: str, *, mode: str, ack_wait: float,
@@ -193,7 +195,7 @@ class GroupCatalog:
         exhausted, position)``. Acked or dead rows not at or beyond the new
         position are forgotten. Raises :class:`GroupStopped` if the group stopped."""
         pid = os.getpid()
-        with self._write() as conn:
+        with self._hot_write("FULL") as conn:
             row = conn.execute("SELECT ack_wait, next_token, state, reason, position FROM groups "
                                "WHERE topic = ? AND name = ?", (topic, name)).fetchone()
             if row is None:
@@ -260,7 +262,7 @@ class GroupCatalog:
         where = "topic = ? AND name = ? AND time = ? AND bucket = ?"
         args = (topic, name, key, bucket)
         what = f"epoch {t!r}" if bucket < 0 else f"bucket {bucket} of epoch {t!r}"
-        with self._write() as conn:
+        with self._hot_write("FULL") as conn:
             row = conn.execute(
                 "SELECT g.ack_wait, e.state, e.token, e.deadline, e.worker FROM group_epochs e "
                 "JOIN groups g ON g.topic = e.topic AND g.name = e.name WHERE e.topic = ? AND "

@@ -443,7 +443,7 @@ class HistoryCatalog:
         returns whether it did (``False``: taken over, expired, reset or dropped — the fencing
         check)."""
         text = encode_upper(position)
-        with self._write() as conn:
+        with self._hot_write("FULL") as conn:  # an ack: the consumer's hot path
             cur = conn.execute(
                 "UPDATE durables SET position = ?, acked = ?, acked_at = ? WHERE topic = ? AND "
                 "name = ? AND holder = ? AND state = 'active'",
