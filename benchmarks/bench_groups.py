@@ -760,6 +760,7 @@ def sql_breakdown(iterations: int = 50, base: str | None = None) -> dict:
                 pub.advance_to(e + 1)
         g = EpochGroup("sql", "g", cat)
         g.fetch(1)[0].ack()  # warm
+        cat._drop_hot()  # the thread's long-lived connection is opened again, through the shim
         real = catalog_mod.sqlite3
         catalog_mod.sqlite3 = shim
         try:

@@ -19,7 +19,7 @@ from .errors import (CatalogError, EpochstreamError, GroupStopped, HistoryCorrup
                      HistoryUnavailable, HistoryWriteError, LeaseExpired, PartitionHeld,
                      ProtocolError,
                      PublisherAborted, PublisherLost, SubscriberLagged, SubscriptionExpired,
-                     SubscriptionHeld, TopicNotFound, WireError)
+                     SubscriptionHeld, TopicClosed, TopicNotFound, WireError)
 
 __version__ = "0.1.0"
 
@@ -53,7 +53,7 @@ _LAZY = {
 __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
            "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", "HistoryError",
            "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
-           "SubscriptionHeld", "LeaseExpired", "GroupStopped", *_LAZY]
+           "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed", *_LAZY]
 
 
 def __getattr__(name):

@@ -19,6 +19,8 @@ everything of ours in one clause and still tell the cases apart:
   :class:`SubscriptionExpired` (a durable subscription fell behind retention);
   :class:`SubscriptionHeld` — a durable subscription's name is held by another live subscriber.
 - :class:`LeaseExpired`, :class:`GroupStopped` — consumer groups (docs/consumers.md).
+- :class:`TopicClosed` — a ``start="latest"`` subscriber found every partition closed and no new
+  publisher within its ``wait``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
            "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", "HistoryError",
            "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
-           "SubscriptionHeld", "LeaseExpired", "GroupStopped"]
+           "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed"]
 
 
 class EpochstreamError(Exception):
@@ -153,3 +155,16 @@ class GroupStopped(EpochstreamError):
     """A consumer group stopped: an epoch was delivered ``max_deliver`` times without an ack
     and the group has no ``dead_letter`` topic (never a silent drop). Reset the group
     (``EpochGroup.reset()``) after fixing the cause."""
+
+
+class TopicClosed(CatalogError):
+    """Every partition of the topic is closed (an earlier run ended it) and no new publisher
+    started within the subscriber's ``wait``: a ``start="latest"`` subscriber would receive
+    nothing, so it says so instead of succeeding silently. ``topic``; ``ended_at``: the
+    ``time.time()`` its last partition closed. Replay a topic that keeps history with
+    ``start="earliest"``."""
+
+    def __init__(self, message: str, *, topic: str = "", ended_at: float | None = None):
+        self.topic = topic
+        self.ended_at = ended_at
+        super().__init__(message)

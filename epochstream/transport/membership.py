@@ -10,9 +10,13 @@ from __future__ import annotations
 import os
 
 from ..catalog import Catalog, PartitionInfo, TopicInfo
-from ..errors import EpochstreamError, PublisherAborted, PublisherLost
+import time
 
-__all__ = ["resolve_catalog", "partition_endpoints", "catalog_partitions"]
+from ..errors import EpochstreamError, PublisherAborted, PublisherLost, TopicClosed
+
+__all__ = ["resolve_catalog", "partition_endpoints", "catalog_partitions", "await_live"]
+
+ENDED = ("closed", "aborted", "dead")
 
 
 def resolve_catalog(catalog) -> Catalog:
@@ -63,3 +67,38 @@ def catalog_partitions(catalog: Catalog | None, topic: str) -> dict[int, Partiti
     except EpochstreamError:
         return {}
     return {p.index: p for p in info.partition_info}
+
+
+def await_live(catalog: Catalog, info: TopicInfo, wait: float, *, poll: float = 0.05) -> TopicInfo:
+    """For a ``start="latest"`` subscriber: if every partition of ``info`` has ended (closed,
+    aborted or dead — an earlier run's publishers), wait up to ``wait`` seconds until new
+    publishers replaced every one of them, and return the topic as it is then. A topic with a
+    live partition is returned at once. When time is up and every partition is closed, raise
+    :class:`~epochstream.errors.TopicClosed` ("topic 'x' is closed (publisher pid N ended at
+    ...)") — never a silent success with nothing; for aborted or dead ones the caller's
+    :func:`partition_endpoints` raises as before."""
+    parts = info.partition_info
+    if not parts or any(p.state not in ENDED for p in parts):
+        return info
+    ended = {p.index: p.incarnation for p in parts}
+    deadline = time.monotonic() + max(0.0, float(wait))
+    while time.monotonic() < deadline:
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+        try:
+            now = catalog.lookup(info.name)
+        except EpochstreamError:
+            continue
+        if all(p.state == "live" and p.incarnation != ended.get(p.index)
+               for p in now.partition_info) and now.complete:
+            return now
+        info = now
+    if all(p.state == "closed" for p in info.partition_info):
+        last = max(p.updated_at for p in info.partition_info)
+        pids = ", ".join(str(pid) for pid in sorted({p.pid for p in info.partition_info}))
+        raise TopicClosed(
+            f"topic {info.name!r} is closed (publisher pid {pids} ended at "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(last))}) and no new publisher "
+            f"started within {wait:g} s; a subscriber with start=\"latest\" would receive "
+            f"nothing (replay what the topic retains with start=\"earliest\")",
+            topic=info.name, ended_at=last)
+    return info

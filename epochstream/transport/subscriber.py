@@ -23,7 +23,7 @@ from ..order import TOTAL, by_name, dual
 from ..position import resolve_position
 from ..protocol import EpochAssembler, SubscriberProtocol
 from .liveness import Liveness
-from .membership import partition_endpoints, resolve_catalog
+from .membership import await_live, partition_endpoints, resolve_catalog
 from .pull import Pull
 from .recovery import Recovery
 from .resume import HistoryBatch, Rejoined, Resume
@@ -54,7 +54,11 @@ class Subscriber(Recovery, Resume, Pull):
     - otherwise the topic is looked up in ``catalog`` (a :class:`~epochstream.catalog.Catalog`, a
       path, or ``None`` for the default), waiting up to ``wait`` seconds for it to appear.
       Partitions the catalog lists as closed contribute their final upper frontier to the filter
-      and nothing else.
+      and nothing else. With ``start="latest"`` (and no ``durable``), a topic whose every
+      partition has ended (an earlier run closed it, or its publishers aborted or died) is
+      waited on for up to ``wait`` seconds until new publishers replace them; if none does and
+      every partition is closed, :class:`~epochstream.errors.TopicClosed` is raised (it would
+      receive nothing; ``start="earliest"`` replays what the topic retains).
     - ``timeout``: seconds a live partition may stay silent (no data, progress or heartbeat)
       before :class:`~epochstream.errors.PublisherLost` is raised.
     - ``recover``: instead of raising :class:`~epochstream.errors.SubscriberLagged` (evicted),
@@ -142,6 +146,8 @@ class Subscriber(Recovery, Resume, Pull):
         self._join_position = None
         self._join_position = self._init_resume(resolve_position(self.order, start), durable,
                                                 takeover)
+        if info is not None and self._join_position is None and durable is None:
+            info = await_live(self._catalog, info, wait)  # "latest" of an ended topic: wait
         self._join(floor=self._join_position, info=info)
 
     # -- joining ---------------------------------------------------------------------------

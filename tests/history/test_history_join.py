@@ -172,3 +172,37 @@ def test_a_catch_up_that_races_retention_gets_an_explicit_error_not_corruption(t
             list(plain.epochs(timeout=5))
     finally:
         pub.close()
+
+
+def test_a_latest_subscriber_of_a_closed_topic_says_so_or_waits_for_the_next_run(tmp_path):
+    """Issue 16: before, Subscriber("t") on a topic an earlier run closed succeeded with nothing
+    (0 epochs). Now it raises TopicClosed after ``wait``, follows a new run that starts within
+    ``wait``, and start="earliest" still replays what the topic retains."""
+    from epochstream import TopicClosed
+    cat = Catalog(tmp_path)
+    with Publisher("t", catalog=cat, retention=Retention()) as pub:
+        pub.send(0, [[0]])
+        pub.advance_to(1)
+    t0 = time.monotonic()
+    with pytest.raises(TopicClosed, match="topic 't' is closed .* start=\"earliest\""):
+        Subscriber("t", cat, wait=0.5)
+    assert time.monotonic() - t0 >= 0.5
+    with Subscriber("t", cat, start="earliest", wait=0.5) as sub:
+        assert [e.time for e in sub.epochs(timeout=5)] == [0]
+    got: list = []
+
+    def next_run():
+        time.sleep(0.5)
+        with Publisher("t", catalog=cat, retention=Retention()) as again:  # continues at 1
+            deadline = time.monotonic() + 10
+            while again.subscribers < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)  # the waiting subscriber joins it
+            again.send(1, [[1]])
+            again.advance_to(2)
+
+    th = threading.Thread(target=next_run)
+    th.start()
+    with Subscriber("t", cat, wait=10) as sub:
+        got = [e.time for e in sub.epochs(timeout=10)]
+    th.join(10)
+    assert got == [1]
