@@ -25,7 +25,8 @@ Publisher → subscriber kinds:
 
 Subscriber → publisher kinds (over the subscriber's DEALER):
 
-- ``h`` hello — header ``{"topic": str, "partition": int, "id": str, "credit": int (optional)}``
+- ``h`` hello — header ``{"topic": str, "partition": int, "id": str, "credit": int (optional),
+  "credit_unit": "messages" | "epochs" (optional)}``
   (``id``: the subscriber's stable id, the same on every partition and reconnection): asks for a
   snapshot and registration; with ``credit`` the publisher sends at most that many messages
   before the subscriber grants more (flow control)
@@ -38,17 +39,18 @@ Subscriber → publisher kinds (over the subscriber's DEALER):
 Control headers are type-checked where they are decoded, in :func:`decode_control`, against one
 schema per kind (:data:`CONTROL_SCHEMAS`), so a publisher only ever sees well-typed headers:
 
-========  ==============  =========  ================================
-kind      field           required   type and range
-========  ==============  =========  ================================
-``h``     ``topic``       yes        str
-``h``     ``partition``   yes        int >= 0
-``h``     ``id``          yes        str of at most 128 characters
-``h``     ``credit``      no         int, 1 <= credit <= 2**31
-``p``     ``id``          yes        str of at most 128 characters
-``c``     ``messages``    yes        int, 1 <= messages <= 2**31
+========  ================  =========  ================================
+kind      field             required   type and range
+========  ================  =========  ================================
+``h``     ``topic``         yes        str
+``h``     ``partition``     yes        int >= 0
+``h``     ``id``            yes        str of at most 128 characters
+``h``     ``credit``        no         int, 1 <= credit <= 2**31
+``h``     ``credit_unit``   no         ``"messages"`` (default) or ``"epochs"``
+``p``     ``id``            yes        str of at most 128 characters
+``c``     ``messages``      yes        int, 1 <= messages <= 2**31
 ``b``     (none)
-========  ==============  =========  ================================
+========  ================  =========  ================================
 
 "int" means a msgpack integer: ``true``/``false`` (Python ``bool``), floats and strings of
 digits are refused, and so is ``nil`` for an optional field (leave the key out instead). The
@@ -145,11 +147,17 @@ _COUNT = "an int >= 1 (at most 2**31)"
 
 #: kind -> (name, fields): the schema of every subscriber -> publisher message (see the module
 #: docstring). Keys a header holds beyond these are ignored.
+def _is_credit_unit(v: Any) -> bool:
+    return v in ("messages", "epochs")
+
+
 CONTROL_SCHEMAS: dict[bytes, tuple[str, tuple[ControlField, ...]]] = {
     HELLO: ("hello", (ControlField("topic", True, _is_str, "a str"),
                       ControlField("partition", True, _is_index, "an int >= 0"),
                       ControlField("id", True, _is_id, _ID),
-                      ControlField("credit", False, _is_count, _COUNT))),
+                      ControlField("credit", False, _is_count, _COUNT),
+                      ControlField("credit_unit", False, _is_credit_unit,
+                                   '"messages" or "epochs"'))),
     PING: ("ping", (ControlField("id", True, _is_id, _ID),)),
     CREDIT: ("credit", (ControlField("messages", True, _is_count, _COUNT),)),
     BYE: ("bye", ()),

@@ -185,3 +185,33 @@ def test_gone_peer_is_forgotten_when_probed():
     pipes.dead.add(b"d")
     fan.probe([wire.HEARTBEAT, b"\x80"], pipes.transmit, 1.0)
     assert b"d" not in fan.peers and fan.stats["subscribers_lost"] == 1
+
+
+def test_credit_counted_in_epochs_spends_only_on_frontier_updates():
+    """A peer with credit counted in epochs (a pulling subscriber) is sent data freely up to
+    its granted frontier updates; then everything waits, and a grant releases exactly one more
+    frontier advance (with the data before it)."""
+    fan = Fanout("'t' partition 0", 0, max_messages=100, max_bytes=10_000, credit_timeout=30)
+    fan.join(b"e", 1, "puller", epochs=True)
+    frontier = [wire.FRONTIER, b"\x91\x92\x00\xff"]
+    sent = []
+
+    def transmit(ident, frames):
+        sent.append(frames[0])
+        return SENT
+
+    for frames in (_data(0), _data(1), frontier, _data(2), frontier, _data(3)):
+        fan.broadcast(frames, transmit, 0.0)
+    assert sent == [wire.DATA, wire.DATA, wire.FRONTIER]  # one epoch: then nothing
+    assert len(fan.peers[b"e"].backlog) == 3
+    assert fan.grant(b"e", 1, transmit)
+    fan.drain(transmit)
+    assert sent[3:] == [wire.DATA, wire.FRONTIER]  # exactly one more frontier advance
+    assert len(fan.peers[b"e"].backlog) == 1
+    # a message-counted peer spends on data too
+    fan2 = Fanout("'t' partition 0", 0, max_messages=100, max_bytes=10_000, credit_timeout=30)
+    sent.clear()
+    fan2.join(b"m", 1, "messages")
+    for frames in (_data(0), _data(1), frontier):
+        fan2.broadcast(frames, transmit, 0.0)
+    assert sent == [wire.DATA]

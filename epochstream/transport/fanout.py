@@ -31,6 +31,9 @@ from .sockets import FULL, GONE, SENT
 
 __all__ = ["Peer", "Fanout", "Transmit", "frames_nbytes"]
 
+#: frame 0 of a frontier update (``F``): what spends a peer's credit counted in epochs
+FRONTIER_KIND = b"F\x01"
+
 Transmit = Callable[[bytes, list], int]
 
 _MAX_EVICTED_IDS = 10_000
@@ -44,15 +47,19 @@ def frames_nbytes(frames: Iterable) -> int:
 class Peer:
     """One registered subscriber connection. ``ident``: its ROUTER routing id; ``sub_id``: the
     subscriber's own stable id (the same on every partition and reconnection); ``credit``:
-    ``None`` (no flow control) or the ``D``/``F`` messages it may still be sent."""
+    ``None`` (no flow control) or the ``D``/``F`` messages it may still be sent — or, with
+    ``epochs=True``, the frontier updates (``F``): credit counted in epochs, so a pulling
+    subscriber is sent at most that many frontier advances ahead, whatever their size."""
 
     __slots__ = ("ident", "sub_id", "credit", "backlog", "backlog_bytes", "evicted", "notice",
-                 "stalled_since")
+                 "stalled_since", "epochs")
 
-    def __init__(self, ident: bytes, credit: int | None = None, sub_id: str | None = None):
+    def __init__(self, ident: bytes, credit: int | None = None, sub_id: str | None = None,
+                 epochs: bool = False):
         self.ident = ident
         self.sub_id = sub_id
         self.credit = credit
+        self.epochs = epochs
         self.backlog: collections.deque = collections.deque()
         self.backlog_bytes = 0
         self.evicted = False
@@ -85,10 +92,10 @@ class Fanout:
         self.log: list[str] = []  # eviction messages, for the driver to log (then clear)
 
     # -- membership ------------------------------------------------------------------------
-    def join(self, ident: bytes, credit: int | None, sub_id: str) -> Peer:
+    def join(self, ident: bytes, credit: int | None, sub_id: str, epochs: bool = False) -> Peer:
         """Register ``ident`` (replacing a previous registration of it)."""
         self.evicted_ids.pop(sub_id, None)
-        peer = self.peers[ident] = Peer(ident, credit, sub_id)
+        peer = self.peers[ident] = Peer(ident, credit, sub_id, epochs)
         self.stats["subscribers_joined"] += 1
         return peer
 
@@ -131,7 +138,8 @@ class Fanout:
             if not peer.backlog and (not counted or peer.credit is None or peer.credit > 0):
                 status = transmit(peer.ident, frames)
                 if status == SENT:
-                    if counted and peer.credit is not None:
+                    if counted and peer.credit is not None and (
+                            not peer.epochs or frames[0] == FRONTIER_KIND):
                         peer.credit -= 1
                     continue
                 if status == GONE:
@@ -185,7 +193,7 @@ class Fanout:
                 return status == GONE
             peer.backlog.popleft()
             peer.backlog_bytes -= frames_nbytes(frames)
-            if peer.credit is not None:
+            if peer.credit is not None and (not peer.epochs or frames[0] == FRONTIER_KIND):
                 peer.credit -= 1
         if peer.notice is not None:
             status = transmit(peer.ident, peer.notice)

@@ -338,6 +338,7 @@ class PublisherLoop:
             codec=self.codec.name, incarnation=self.incarnation, heartbeat=self.heartbeat_interval)
         self._fanout.leave(ident)
         if self._transmit(ident, frames) == SENT:
-            self._fanout.join(ident, header.get("credit"), header["id"])
+            self._fanout.join(ident, header.get("credit"), header["id"],
+                              epochs=header.get("credit_unit") == "epochs")
         else:
             log.warning("%s/%s: could not send a snapshot to %r", self.topic, self.partition, ident)

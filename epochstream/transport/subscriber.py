@@ -68,7 +68,10 @@ class Subscriber(Recovery, Resume, Pull):
       :class:`~epochstream.events.Gap` in the stream; no partial epoch and no epoch twice.
     - ``credit``: flow control — each publisher sends at most ``credit`` ``D``/``F`` messages
       ahead of what this subscriber has read; it grants more as it reads. A slow but steady
-      consumer then slows the publisher down instead of being evicted.
+      consumer then slows the publisher down instead of being evicted. ``credit_unit="epochs"``
+      counts the credit in epochs instead (frontier updates: at most ``credit`` frontier
+      advances ahead, whatever the epochs' size; the unit for a pulling consumer,
+      :meth:`fetch`); an older publisher that does not know the field counts messages.
     - ``ping_interval``: seconds between pings to each publisher (a restarted publisher answers
       a ping with a ``rejoin`` notice, so restarts are noticed within about this time).
     - ``start``: where to begin (docs/history.md). ``"latest"`` (default) is Strymon's join:
@@ -103,9 +106,14 @@ class Subscriber(Recovery, Resume, Pull):
                  wait: float = 10.0, timeout: float = 10.0, rcvhwm: int = 1000, recover: bool = False,
                  credit: int | None = None, ping_interval: float = 1.0, start: Any = "latest",
                  durable: str | None = None, takeover: bool = False,
-                 context: zmq.Context | None = None):
-        if credit is not None and (not isinstance(credit, int) or credit < 2):
-            raise ValueError(f"credit must be an int >= 2 (messages), got {credit!r}")
+                 credit_unit: str = "messages", context: zmq.Context | None = None):
+        if credit_unit not in ("messages", "epochs"):
+            raise ValueError(f"credit_unit must be 'messages' or 'epochs', got {credit_unit!r}")
+        least = 2 if credit_unit == "messages" else 1
+        if credit is not None and (isinstance(credit, bool) or not isinstance(credit, int)
+                                   or credit < least):
+            raise ValueError(f"credit must be an int >= {least} ({credit_unit}), got {credit!r}")
+        self.credit_unit = credit_unit
         self.topic = topic
         self.timeout = float(timeout)
         self.recover = bool(recover)
@@ -174,6 +182,8 @@ class Subscriber(Recovery, Resume, Pull):
             hello = {"topic": self.topic, "partition": i, "id": self.id}
             if self.credit is not None:
                 hello["credit"] = self.credit
+                if self.credit_unit == "epochs":
+                    hello["credit_unit"] = "epochs"
             s.send_multipart(wire.encode_control(wire.HELLO, **hello))
             self._sockets[s] = i
             self._receivers[s] = receive_from(s)
@@ -275,7 +285,8 @@ class Subscriber(Recovery, Resume, Pull):
     def _handle(self, partition: int, frames: list) -> list:
         """Process one multipart message; return protocol outputs (data still encoded)."""
         self.stats["messages"] += 1
-        if self.credit is not None and frames[0] in _CREDITED:
+        if self.credit is not None and (frames[0] == wire.FRONTIER if self.credit_unit == "epochs"
+                                        else frames[0] in _CREDITED):
             self._spend_credit(partition)
         if len(frames) == 3 and frames[0] == wire.DATA:
             return self._data(partition, frames[1], frames[2])
@@ -298,7 +309,7 @@ class Subscriber(Recovery, Resume, Pull):
 
     def _spend_credit(self, partition: int) -> None:
         n = self._unacked.get(partition, 0) + 1
-        if n >= self.credit // 2:
+        if n >= max(1, self.credit // 2):
             s = self._by_partition.get(partition)
             if s is not None:
                 s.send_multipart(wire.encode_control(wire.CREDIT, messages=n))

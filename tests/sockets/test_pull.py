@@ -359,3 +359,30 @@ def test_fetched_epochs_of_a_durable_subscription_are_acked_like_epochs(tmp_path
             sub.ack(r[1])
             assert sub.position == (5,)
         assert cat.durable("t", "w").position == (5,)
+
+
+def test_a_puller_with_credit_in_epochs_holds_the_publisher_to_its_pace():
+    """Subscriber(credit=1, credit_unit="epochs") that does not read: the publisher sends it one
+    frontier advance (and the data before it) and keeps the rest in its backlog; each fetch
+    grants one more, and every epoch arrives whole and in order."""
+    with Publisher("ep", max_queue_messages=1000) as pub:
+        sub = Subscriber("ep", endpoints=[pub.endpoint], credit=1, credit_unit="epochs")
+        try:
+            assert sub.wait_ready(5)
+            for t in range(6):
+                for i in range(3):
+                    pub.send(t, [[t, i]])
+                pub.advance_to(t + 1)
+            assert pub.flush()
+            time.sleep(0.2)
+            (peer,) = pub._fanout.peers.values()  # (internal: what the publisher holds back)
+            held = [f[0] for f in peer.backlog].count(b"F\x01")
+            assert peer.epochs and held == 5  # one epoch went out; the other five wait
+            got = []
+            while len(got) < 6:
+                result = sub.fetch(max_epochs=1, expires=5)
+                assert result.status == "ok", result
+                got.extend((e.time, sorted(e.records)) for e in result)
+            assert got == [(t, [(t, 0), (t, 1), (t, 2)]) for t in range(6)]
+        finally:
+            sub.close()
