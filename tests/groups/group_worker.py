@@ -1,7 +1,8 @@
 """A consumer-group worker process for tests: ``group_worker.py CATALOG TOPIC GROUP MODE
-WORK_SECONDS [MAX_EPOCHS]``. Prints ``leased T DELIVERIES`` when it gets a lease, ``acked T`` once
-the ack was accepted, ``refused T`` if the ack was refused, ``done`` at the end (flushed lines;
-times as JSON)."""
+WORK_SECONDS [MAX_EPOCHS [KEY]]``. Prints ``leased T DELIVERIES`` when it gets a lease, ``acked T``
+once the ack was accepted (``acked T BUCKET CLOCK KEY,KEY,...`` in key_shared mode, with
+``time.time()`` of the ack and the keys of the bucket's records), ``refused T`` if the ack was
+refused, ``done`` at the end (flushed lines; times as JSON)."""
 
 import json
 import sys
@@ -11,7 +12,9 @@ from epochstream import Catalog, EpochGroup, LeaseExpired
 
 catalog, topic, name, mode, work = sys.argv[1:6]
 max_epochs = int(sys.argv[6]) if len(sys.argv) > 6 else 1
-group = EpochGroup(topic, name, Catalog(catalog), mode=mode, ack_wait=30.0, poll_interval=0.01)
+key = sys.argv[7] if len(sys.argv) > 7 else None
+group = EpochGroup(topic, name, Catalog(catalog), mode=mode, ack_wait=30.0, poll_interval=0.01,
+                   **({"key": key, "buckets": 8} if key else {}))
 print("ready", flush=True)
 while True:
     leases = group.fetch(max_epochs, expires=5.0)
@@ -28,5 +31,9 @@ while True:
         except LeaseExpired:
             print("refused", t, flush=True)
             continue
-        print("acked", t, flush=True)
+        if key:
+            keys = ",".join(str(r[key]) for r in lease.epoch.records)
+            print("acked", t, lease.bucket, repr(time.time()), keys, flush=True)
+        else:
+            print("acked", t, flush=True)
 print("done", flush=True)
