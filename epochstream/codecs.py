@@ -32,7 +32,6 @@ from collections.abc import Sequence as _Sequence
 from typing import Any
 
 import msgpack
-import pyarrow as pa
 
 from .errors import WireError
 
@@ -157,7 +156,9 @@ class ArrowCodec:
     name = "arrow"
 
     def __init__(self):
-        self._pa = pa
+        import pyarrow  # imported by the first Arrow codec: msgpack topics never load it
+
+        self._pa = pyarrow
         # schema message bytes -> parsed schema: every payload repeats its schema, and parsing
         # it is most of a small batch's decoding cost (~6 of ~8 µs); the wire is unchanged
         self._schemas: dict[bytes, Any] = {}
