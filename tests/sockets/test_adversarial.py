@@ -141,7 +141,8 @@ CLOSE_AFTER = 12  # steps before a partition may be closed for good
 PUB_OPTIONS = ["heartbeat=1.0", f"max_queue_bytes={4 << 20}", "sndhwm=32",
                f"credit_timeout={CREDIT_TIMEOUT}"]
 #: explicit errors a subscriber may end with (the README's "told precisely what it missed")
-EXPLICIT = {"SubscriberLagged", "PublisherLost", "PublisherAborted", "ProtocolError", "WireError"}
+EXPLICIT = {"SubscriberLagged", "PublisherLost", "PublisherAborted", "ProtocolError", "WireError",
+            "TopicClosed"}
 THOROUGH = PROFILE == "thorough"
 VERBOSE = bool(os.environ.get("ADVERSARY_VERBOSE"))  # print every run's event log
 #: rules switched off (comma-separated names), e.g. to look for other defects behind a known one
@@ -595,6 +596,10 @@ class Cluster:
                 self.violate(f"{s.name} failed with an unexpected {ev['type']}: {ev['msg'][:1500]}")
             elif ev["type"] == "SubscriberLagged" and s.recover:
                 self.violate(f"{s.name}: recover=True must re-join after an eviction, not raise: {ev['msg'][:300]}")
+            elif ev["type"] == "TopicClosed" and not all(
+                    any(g.intent == "closed" for g in self.gens[p]) for p in self.gens):
+                self.violate(f"{s.name}: TopicClosed, but some partition was never closed: "
+                             f"{ev['msg'][:300]}")
             elif ev["type"] == "PublisherAborted" and not any(
                     g.intent == "aborted" for g in self.gens.get(ev.get("partition"), ())):
                 self.violate(f"{s.name}: PublisherAborted for partition {ev.get('partition')}, which "
