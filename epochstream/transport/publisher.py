@@ -40,8 +40,8 @@ log = logging.getLogger("epochstream.transport")
 
 def inherited_upper(catalog: Catalog | None, topic: str, partition: int, order, start) -> tuple:
     """The upper frontier a publisher starting at ``start`` must announce (see ``Publisher``'s
-    ``start``): what the catalog recorded for the partition, plus ``start - 1`` for a total
-    order. Empty for a fresh stream (``start`` is ``None`` or the minimum: every time is
+    ``start``): what the catalog recorded for the partition, or, with no record, ``start - 1``
+    for a total order. Empty for a fresh stream (``start`` is ``None`` or the minimum: every time is
     re-sent). Raises :class:`ProtocolError` when nothing safe can be derived."""
     if start is None:
         return ()
@@ -57,8 +57,14 @@ def inherited_upper(catalog: Catalog | None, topic: str, partition: int, order, 
         if info is not None and info.order_name == getattr(order, "name", None):
             p = next((x for x in info.partition_info if x.index == partition), None)
             recorded = None if p is None else tuple(p.upper)
+    if recorded is not None:
+        # every incarnation recorded its upper frontier before sending data at a new maximal
+        # time: it bounds what was sent exactly. Padding it (e.g. with start - 1) would filter
+        # the *other* partitions' data at epochs this one completed without data, and a new
+        # subscriber would miss those epochs silently (found by the adversarial state machine)
+        return recorded
     if getattr(order, "name", None) == "total":
-        return tuple({*(recorded or ()), start - 1}) if start > TIME_MIN else tuple(recorded or ())
+        return (start - 1,) if start > TIME_MIN else ()
     if recorded is None:
         raise ProtocolError(
             f"publisher {topic}/{partition}: start={start!r} skips times an earlier incarnation "

@@ -514,3 +514,36 @@ def test_a_stalled_subscriber_with_a_full_pipe_survives_a_short_publisher_heartb
                           timeout=60)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert proc.stdout.split() == ["epochs", "20"]
+
+
+def test_a_restarted_partition_does_not_hide_epochs_it_completed_without_data(tmp_path):
+    """Partition 0 completed epochs up to 17 with data only up to 14, then its publisher was
+    replaced (start=17). Before, the successor announced start - 1 = 16 as its upper frontier
+    on top of the recorded [14], so a subscriber joining then filtered epoch 16 — and missed
+    partition 1's records at 16 silently (found by the adversarial state machine). Now it
+    announces what was recorded, and epoch 16 arrives whole."""
+    cat = Catalog(tmp_path)
+    p0 = Publisher("t", 0, catalog=cat, partitions=2)
+    p1 = Publisher("t", 1, catalog=cat, partitions=2)
+    try:
+        p0.send(14, [("p0", 14)])
+        p0.advance_to(17)
+        p1.advance_to(13)
+        p0.abort("replaced")
+        p0b = Publisher("t", 0, catalog=cat, partitions=2, start=17)
+        try:
+            assert p0b.upper == (14,)
+            sub = Subscriber("t", cat, timeout=10)
+            try:
+                assert sub.wait_ready(5) and sub.filter == (14,)
+                p1.send(16, [("p1", 16)])
+                p1.advance_to(18)
+                p0b.advance_to(18)
+                got = next(iter(sub.epochs(timeout=5)))
+                assert (got.time, list(got.records)) == (16, [("p1", 16)])
+            finally:
+                sub.close()
+        finally:
+            p0b.close()
+    finally:
+        p1.close()
