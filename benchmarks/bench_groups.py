@@ -59,6 +59,7 @@ import time
 import traceback
 from pathlib import Path
 
+from .provenance import library as _library, storage as _storage
 from . import RESULTS, median, paired
 
 WORKS = (0.005, 0.020)           # seconds of sleep per epoch (the "work")
@@ -90,44 +91,6 @@ def _dist_ms(vals) -> dict | None:
     v = sorted(vals)
     return {"n": len(v), "median_ms": _pct(v, 0.5) * 1e3, "p95_ms": _pct(v, 0.95) * 1e3,
             "p99_ms": _pct(v, 0.99) * 1e3, "max_ms": v[-1] * 1e3, "mean_ms": sum(v) / len(v) * 1e3}
-
-
-def _library() -> dict:
-    """Where ``epochstream`` is imported from (the spawned workers and the victim processes
-    import the same one): a ``git archive`` snapshot with a ``COMMIT`` file, or a git work tree
-    (its commit and the count of uncommitted files under ``epochstream/``)."""
-    import epochstream
-    d = Path(epochstream.__file__).resolve().parent.parent
-    out = {"dir": str(d)}
-    if (d / "COMMIT").exists():
-        out["commit"] = (d / "COMMIT").read_text().strip()
-        out["snapshot"] = True
-        return out
-    try:
-        def git(*a):
-            return subprocess.run(["git", "-C", str(d), *a], capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
-        head = git("rev-parse", "HEAD")
-        if head:
-            out["commit"] = head
-            out["uncommitted_in_epochstream"] = len(git("status", "--porcelain", "epochstream").splitlines())
-    except Exception:
-        pass
-    return out
-
-
-def _storage(path) -> dict:
-    """The filesystem under ``path`` (from /proc/mounts: the longest mount point prefix)."""
-    path = os.path.realpath(path)
-    best = ("", "?", "?")
-    try:
-        for line in Path("/proc/mounts").read_text().splitlines():
-            dev, mnt, fstype = line.split()[:3]
-            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best[0]):
-                best = (mnt, dev, fstype)
-    except OSError:
-        pass
-    return {"dir": os.path.dirname(path), "mount": best[0], "device": best[1], "fstype": best[2]}
 
 
 def _chain_time(c: int, i: int, chains: int = CHAINS) -> tuple:

@@ -57,6 +57,7 @@ import time
 import traceback
 from pathlib import Path
 
+from .provenance import library as _library, storage as _storage
 from . import RESULTS, median, paired, payloads
 
 KIND = "tuples"
@@ -95,42 +96,6 @@ def _dist(vals) -> dict | None:
     p = lambda q: v[min(len(v) - 1, int(round(q * (len(v) - 1))))]  # noqa: E731
     return {"n": len(v), "median_ms": p(0.5) * 1e3, "p99_ms": p(0.99) * 1e3, "max_ms": v[-1] * 1e3,
             "mean_ms": sum(v) / len(v) * 1e3}
-
-
-def _library() -> dict:
-    """Where ``epochstream`` is imported from (the spawned processes and the resume children
-    import the same one) and, if that is a git work tree, its commit and uncommitted changes."""
-    import epochstream
-    d = Path(epochstream.__file__).resolve().parent.parent
-    out = {"dir": str(d)}
-    if (d / "COMMIT").exists():  # a snapshot (``git archive HEAD epochstream``) with its commit
-        out["commit"] = (d / "COMMIT").read_text().strip()
-        out["snapshot"] = True
-        return out
-    try:
-        git = lambda *a: subprocess.run(["git", "-C", str(d), *a], capture_output=True, text=True,  # noqa: E731
-                                        timeout=10).stdout.strip()
-        head = git("rev-parse", "HEAD")
-        if head:
-            out["commit"] = head
-            out["uncommitted_in_epochstream"] = len(git("status", "--porcelain", "epochstream").splitlines())
-    except Exception:
-        pass
-    return out
-
-
-def _storage(path) -> dict:
-    """The filesystem under ``path`` (from /proc/mounts: the longest mount point prefix)."""
-    path = os.path.realpath(path)
-    best = ("", "?", "?")
-    try:
-        for line in Path("/proc/mounts").read_text().splitlines():
-            dev, mnt, fstype = line.split()[:3]
-            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best[0]):
-                best = (mnt, dev, fstype)
-    except OSError:
-        pass
-    return {"dir": os.path.dirname(path), "mount": best[0], "device": best[1], "fstype": best[2]}
 
 
 # =============================================================================================
