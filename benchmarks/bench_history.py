@@ -22,7 +22,10 @@ temporary directory per run (on the machine's disk, see ``storage`` in the resul
    live subscriber's loop does) — ``replay`` with the segments still in the OS page cache
    (written seconds before), ``replay_cold`` after ``posix_fadvise(DONTNEED)`` of the segment
    files (so they are read from the disk); and ``history``: ``History(topic).epochs()`` in a
-   new process (no subscriber, no publisher involved). Records/s from just before the
+   new process (no subscriber, no publisher involved); ``replay_remote`` and ``history_remote``:
+   the same two with the bytes read through the live publisher's endpoint (remote history,
+   ``EPOCHSTREAM_HISTORY_SOURCE=publisher`` / ``History(source="publisher")``), as a reader
+   on another machine would. Records/s from just before the
    constructor to the last epoch; paired with the live runs of the same repeat.
 3. **Resume latency**: a publisher process with retention streams steady epochs (10 × 100
    tuples, 100 epochs/s); for each sample the durable subscription is reset to
@@ -64,7 +67,7 @@ KIND = "tuples"
 RECORDS_PER_MESSAGE = 1000
 MESSAGES_PER_EPOCH = 10
 VARIANTS = ("off", "nofsync", "frontier")  # live publisher → subscriber, same stream
-REPLAYS = ("replay", "history", "replay_cold")
+REPLAYS = ("replay", "history", "replay_remote", "history_remote", "replay_cold")
 RESUME_RATE = 100.0      # epochs/s of the steady publisher in the resume measurement
 RESUME_MPE = 10
 RESUME_RPM = 100
@@ -219,10 +222,13 @@ def _sub(cfg, q, go, consumed, total):
         gc0 = [g["collections"] for g in gc.get_stats()]
         cpu0 = time.process_time()
         t0 = mono()
-        if mode == "history":
-            source = History(cfg["topic"], catalog=cat).epochs()
+        if mode in ("history", "history_remote"):
+            source = History(cfg["topic"], catalog=cat,
+                             source="publisher" if mode == "history_remote" else "disk").epochs()
             sub = None
         else:  # replay / replay_cold: a subscriber joining at the earliest retained epoch
+            if mode == "replay_remote":  # its history read through the live publisher
+                os.environ["EPOCHSTREAM_HISTORY_SOURCE"] = "publisher"
             sub = Subscriber(cfg["topic"], cat, start="earliest", rcvhwm=1_000_000, timeout=limit)
             source = sub.epochs(timeout=limit)
         for ep in source:
@@ -374,7 +380,7 @@ def _replay(P: _Procs, cfg: dict, mode: str, pub: dict, time_limit: float) -> di
         if mode == "replay_cold":
             row["cache_dropped_bytes"] = _drop_cache(cfg["dir"])
         go = P.ctx.Event()
-        p = P.start(_sub_main, dict(cfg, mode="history" if mode == "history" else "replay",
+        p = P.start(_sub_main, dict(cfg, mode=mode if mode != "replay_cold" else "replay",
                                     expected_epochs=pub["epochs"]), P.q, go, None, None)
         go.set()  # the clock starts in the process, just before the constructor
         kind, who, r = P.get(time_limit + 30)
@@ -595,7 +601,9 @@ def run(quick: bool = False, log=print) -> dict:
             ("replay", "off", "records_per_s", 1.0, "history replay (subscriber, start=earliest, page cache) ÷ live delivery without retention"),
             ("replay", "frontier", "records_per_s", None, "history replay ÷ live delivery of the same epochs (fsync=frontier run)"),
             ("replay_cold", "off", "records_per_s", None, "history replay after dropping the segments from the page cache ÷ live (off)"),
-            ("history", "off", "records_per_s", None, "History(topic).epochs() ÷ live (off)")):
+            ("history", "off", "records_per_s", None, "History(topic).epochs() ÷ live (off)"),
+            ("replay_remote", "off", "records_per_s", None, "history replay read through the live publisher (remote history) ÷ live (off)"),
+            ("history_remote", "off", "records_per_s", None, "History(topic, source=\"publisher\").epochs() ÷ live (off)")):
         ps = paired.summary(paired.pair_ratios(rows, a, b, key=key))
         summary["ratios"].append({"a": a, "b": b, "key": key, "what": what, "target": target,
                                   "paired": ps,

@@ -599,7 +599,10 @@ _HIST_LABELS = {"off": "none (`retention=None`)", "nofsync": "`Retention(fsync=\
                 "frontier": "`Retention(fsync=\"frontier\")` (default policy)",
                 "replay": "subscriber `start=\"earliest\"`, segments in the page cache",
                 "replay_cold": "the same after `posix_fadvise(DONTNEED)` of the segments",
-                "history": "`History(topic).epochs()`, no subscriber"}
+                "history": "`History(topic).epochs()`, no subscriber",
+                "replay_remote": "subscriber `start=\"earliest\"`, bytes read through the live "
+                                 "publisher (remote history)",
+                "history_remote": "`History(topic, source=\"publisher\").epochs()`"}
 
 
 def _history_targets(hist) -> list:
@@ -689,7 +692,7 @@ def _history_section(h) -> list[str]:
                "subscriber does; records/s from just before the constructor to the last epoch; *first "
                "epoch*: from just before the constructor.\n")
     rows = []
-    for v in ("replay", "replay_cold", "history"):
+    for v in ("replay", "replay_cold", "history", "replay_remote", "history_remote"):
         x = sv.get(v)
         if not x:
             continue

@@ -360,6 +360,18 @@ class HistoryCatalog:
                             tuple(tuple(x) for x in json.loads(r[2])), r[3], r[4], r[5], r[6])
                 for r in rows]
 
+    def history_epoch(self, topic: str, partition: int, time: Any) -> EpochRecord | None:
+        """The index entry of epoch ``time`` of ``partition`` of ``topic`` (complete, retained,
+        with data in that partition), or ``None``. One primary-key lookup."""
+        with self._connect() as conn:
+            r = conn.execute("SELECT time, seq, extents, nbytes, messages, crc, completed_at "
+                             "FROM history_epochs WHERE topic = ? AND idx = ? AND time = ?",
+                             (topic, partition, encode_time(time))).fetchone()
+        if r is None:
+            return None
+        return EpochRecord(partition, decode_time(r[0]), r[1],
+                           tuple(tuple(x) for x in json.loads(r[2])), r[3], r[4], r[5], r[6])
+
     # ---- durable subscriptions
 
     def durables(self, topic: str | None = None) -> list[DurableInfo]:

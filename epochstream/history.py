@@ -11,6 +11,12 @@ live publisher (the logs' index lives in the catalog; the files are read directl
 >>> [(e.time, len(e.records)) for e in History("hist-doc", catalog=cat).epochs(since=1)]
 [(1, 2), (2, 2)]
 
+Where the bytes come from (``source``, default ``$EPOCHSTREAM_HISTORY_SOURCE`` or ``"auto"``):
+``"disk"`` reads the segment files (the log's directory must be readable here); ``"publisher"``
+asks the partition's live publisher on its endpoint (:mod:`epochstream.history_remote`);
+``"auto"`` reads the files when the log was written on this host and its directory exists, and
+asks the live publisher otherwise. The index is always read from the catalog.
+
 Positions (``since``, ``until``) are frontiers (:mod:`epochstream.position`): ``since`` is
 inclusive (epochs ``t`` with ``since <= t``), ``until`` exclusive (epochs not at or beyond it),
 like timely's and Materialize's ``since``/``upper``. An epoch is served only once it is complete
@@ -25,15 +31,20 @@ from typing import Any, Iterator
 
 from . import wire
 from .catalog import Catalog
+from .catalog_liveness import HOST
 from .catalog_history import EpochRecord, HistoryState
 from .epochlog import read_epoch
 from .errors import HistoryCorrupt, HistoryUnavailable
 from .events import Epoch
 from .frontier import Antichain, join
+from .history_remote import DEFAULT_TIMEOUT, RemoteLog
 from .order import linear_extension
 from .position import resolve_position
 
-__all__ = ["History"]
+__all__ = ["History", "SOURCES"]
+
+SOURCES = ("auto", "disk", "publisher")
+"""Where :class:`History` reads epochs' bytes from (see the module docstring)."""
 
 
 def _catalog(catalog) -> Catalog:
@@ -50,16 +61,37 @@ class History:
     :class:`~epochstream.errors.HistoryUnavailable` when a partition that has data keeps no log
     or when ``since`` is older than what is retained, and
     :class:`~epochstream.errors.HistoryCorrupt` when a segment fails its checksum (its bytes are
-    never returned as data)."""
+    never returned as data).
 
-    def __init__(self, topic: str, catalog=None):
-        self.topic = topic
+    ``source``: ``"auto"``, ``"disk"`` or ``"publisher"`` (module docstring; ``None``: the
+    ``EPOCHSTREAM_HISTORY_SOURCE`` environment variable, else ``"auto"``); ``timeout``: seconds a
+    remote read may wait for the publisher's answer. Reading through a publisher keeps one
+    connection per partition: :meth:`close` them (or use ``with History(...) as h``)."""
+
+    def __init__(self, topic: str, catalog=None, *, source: str | None = None,
+                 timeout: float = DEFAULT_TIMEOUT):
+        source = source or os.environ.get("EPOCHSTREAM_HISTORY_SOURCE") or "auto"
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+        self.topic, self.source, self.timeout = topic, source, float(timeout)
         self.catalog = _catalog(catalog)
         info = self.catalog.lookup(topic)
         self.order = info.order
         self.codec = wire.codec(info.codec)
         self.partitions = info.partitions
-        self._dirs: dict[int, str] = {}
+        self._remote: dict[int, RemoteLog] = {}
+
+    def close(self) -> None:
+        """Close the connections to publishers that served reads (reading again reopens)."""
+        for r in self._remote.values():
+            r.close()
+        self._remote.clear()
+
+    def __enter__(self) -> "History":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # -- index -----------------------------------------------------------------------------
     def states(self) -> dict[int, HistoryState]:
@@ -123,28 +155,89 @@ class History:
         return [(t, by_time[t]) for t in linear_extension(order, keep)]
 
     def payloads(self, records: list[EpochRecord]) -> list[tuple[int, bytes]]:
-        """``[(partition, encoded payload), ...]`` of one epoch's records, read from the
-        segments and checked (:func:`~epochstream.epochlog.read_epoch`). Raises
-        :class:`HistoryUnavailable` if retention deleted the epoch meanwhile,
+        """``[(partition, encoded payload), ...]`` of one epoch's records (:meth:`read` of one
+        epoch). Raises :class:`HistoryUnavailable` if retention deleted the epoch meanwhile (or
+        its partition's log is neither readable here nor served by a live publisher),
         :class:`HistoryCorrupt` if its bytes fail the checks."""
-        out = []
-        for r in records:
-            d = self._dirs.get(r.partition)
-            if d is None:
-                self._dirs = {p: s.dir for p, s in self.states().items()}
-                d = self._dirs[r.partition]
-            try:
-                got = read_epoch(d, r)
-            except HistoryCorrupt:
-                state = self.catalog.history_state(self.topic, r.partition)
-                if state is not None and not Antichain(self.order, state.since).less_equal(r.time):
-                    raise HistoryUnavailable(
-                        f"topic {self.topic!r}: epoch {r.time!r} of partition {r.partition} was "
-                        f"deleted by retention while being read (retained since "
-                        f"{list(state.since)})", retained=tuple(state.since)) from None
-                raise
-            out.extend((r.partition, payload) for _, payload in got)
+        if not records:
+            return []
+        for _, _, out in self.read([(records[0].time, records)]):
+            return out
+        return []
+
+    def read(self, epochs: list[tuple[Any, list[EpochRecord]]]
+             ) -> Iterator[tuple[Any, list[EpochRecord], list[tuple[int, bytes]]]]:
+        """For each ``(time, records)`` of ``epochs`` (as :meth:`records` returns them), in
+        order, yield ``(time, records, [(partition, encoded payload), ...])``: the payloads in
+        the order they were sent, per partition in the order of ``records``. Files are read and
+        checked here (:func:`~epochstream.epochlog.read_epoch`); reads through a publisher are
+        pipelined (:class:`~epochstream.history_remote.RemoteLog`) and their message counts
+        checked against the index. Raises as :meth:`payloads`."""
+        epochs = list(epochs)
+        wanted: dict[int, list] = {}
+        for t, recs in epochs:
+            for r in recs:
+                wanted.setdefault(r.partition, []).append(t)
+        where = self._where(wanted)
+        streams = {p: self._remote_log(p, w).read(wanted[p])
+                   for p, (kind, w) in where.items() if kind == "publisher"}
+        for t, recs in epochs:
+            out: list[tuple[int, bytes]] = []
+            for r in recs:
+                stream = streams.get(r.partition)
+                if stream is None:
+                    out.extend((r.partition, pl) for pl in self._read_disk(where[r.partition][1], r))
+                    continue
+                _, got = next(stream)
+                if len(got) != r.messages:
+                    raise HistoryCorrupt(
+                        f"topic {self.topic!r}: the publisher of partition {r.partition} served "
+                        f"{len(got)} messages of epoch {t!r}; the index holds {r.messages}")
+                out.extend((r.partition, pl) for pl in got)
+            yield t, recs, out
+
+    def _where(self, partitions) -> dict[int, tuple[str, str]]:
+        """``{partition: ("disk", directory) | ("publisher", endpoint)}`` for ``partitions``."""
+        states = self.states()
+        info = {p.index: p for p in self.catalog.lookup(self.topic).partition_info}
+        out = {}
+        for p in partitions:
+            state, pinfo = states.get(p), info.get(p)
+            if state is None:
+                raise HistoryUnavailable(f"topic {self.topic!r}: partition {p} keeps no epoch log")
+            host = getattr(pinfo, "host", None)
+            local = host in (None, HOST) and os.path.isdir(state.dir)
+            if self.source == "disk" or (self.source == "auto" and local):
+                out[p] = ("disk", state.dir)
+            elif pinfo is not None and pinfo.state == "live":
+                out[p] = ("publisher", pinfo.endpoint)
+            else:
+                raise HistoryUnavailable(
+                    f"topic {self.topic!r}: the epoch log of partition {p} is in {state.dir} on "
+                    f"host {host!r}, which this process cannot read, and no live publisher "
+                    f"serves it (partition state: {getattr(pinfo, 'state', 'unregistered')})")
         return out
+
+    def _remote_log(self, partition: int, endpoint: str) -> RemoteLog:
+        r = self._remote.get(partition)
+        if r is None or r.endpoint != endpoint:
+            if r is not None:
+                r.close()
+            r = self._remote[partition] = RemoteLog(endpoint, self.topic, partition,
+                                                    timeout=self.timeout)
+        return r
+
+    def _read_disk(self, directory: str, r: EpochRecord) -> list[bytes]:
+        try:
+            return [payload for _, payload in read_epoch(directory, r)]
+        except HistoryCorrupt:
+            state = self.catalog.history_state(self.topic, r.partition)
+            if state is not None and not Antichain(self.order, state.since).less_equal(r.time):
+                raise HistoryUnavailable(
+                    f"topic {self.topic!r}: epoch {r.time!r} of partition {r.partition} was "
+                    f"deleted by retention while being read (retained since "
+                    f"{list(state.since)})", retained=tuple(state.since)) from None
+            raise
 
     # -- epochs ----------------------------------------------------------------------------
     def epochs(self, since=None, until=None) -> Iterator[Epoch]:
@@ -154,8 +247,8 @@ class History:
         across partitions as a live subscriber gets them (a list, or a ``pyarrow.Table``),
         ``first_seen`` the time the epoch completed in the log, ``released_at`` now."""
         decode, combine = self.codec.decode, self.codec.combine
-        for t, recs in self.records(since, until):
-            chunks = [decode(p) for _, p in self.payloads(recs)]
+        for t, recs, payloads in self.read(self.records(since, until)):
+            chunks = [decode(p) for _, p in payloads]
             nbytes = sum(r.nbytes for r in recs)
             yield Epoch(t, combine(chunks), len(chunks), nbytes,
                         max(r.completed_at for r in recs), _time.time())
@@ -170,8 +263,8 @@ class History:
             raise TypeError(f"topic {self.topic!r} uses codec {self.codec.name!r}; to_arrow() "
                             f"needs an Arrow topic (iterate epochs() instead)")
         tables = []
-        for t, recs in self.records(since, until):
-            for partition, payload in self.payloads(recs):
+        for t, recs, payloads in self.read(self.records(since, until)):
+            for partition, payload in payloads:
                 table = self.codec.combine([self.codec.decode(payload)])
                 n = table.num_rows
                 epoch = list(t) if isinstance(t, tuple) else t

@@ -21,7 +21,12 @@ Publisher → subscriber kinds:
 - ``H`` heartbeat — header ``{"lower": [T...]}`` (sent while the stream is idle)
 - ``X`` notice — header ``{"code": str, "message": str, ...}``; ``code`` ``"lagged"`` means the
   publisher evicted the subscriber, ``"error"`` that it rejected the subscriber's last message,
-  ``"rejoin"`` that it does not know the subscriber (send ``h`` again for a fresh snapshot).
+  ``"rejoin"`` that it does not know the subscriber (send ``h`` again for a fresh snapshot),
+  ``"history"`` that a history read failed (with ``req`` and ``reason``: ``"unavailable"``,
+  ``"corrupt"``, ``"busy"``; ``retained``: the partition's ``since`` when known).
+- ``R`` history epoch — header ``{"req": int, "time": T, "partition": int}``, then one frame per
+  data message of that epoch in this partition, each an encoded payload, in the order sent (the
+  answer to an ``r``; read from the publisher's epoch log and checked against its checksums).
 
 Subscriber → publisher kinds (over the subscriber's DEALER):
 
@@ -35,6 +40,9 @@ Subscriber → publisher kinds (over the subscriber's DEALER):
   connection answers with its ``X lagged`` notice if it evicted that id, else ``X rejoin`` (it
   restarted, or dropped the connection)
 - ``b`` bye — header ``{}``: the subscriber leaves; the publisher frees its state
+- ``r`` read history — header ``{"topic": str, "partition": int, "req": int, "time": T}``: asks
+  for one complete epoch from the publisher's epoch log (answered by ``R`` or ``X history``).
+  Stateless: any connection may send it, no ``h`` first (docs/history.md, "Remote history").
 
 Control headers are type-checked where they are decoded, in :func:`decode_control`, against one
 schema per kind (:data:`CONTROL_SCHEMAS`), so a publisher only ever sees well-typed headers:
@@ -50,6 +58,10 @@ kind      field             required   type and range
 ``p``     ``id``            yes        str of at most 128 characters
 ``c``     ``messages``      yes        int, 1 <= messages <= 2**31
 ``b``     (none)
+``r``     ``topic``         yes        str
+``r``     ``partition``     yes        int >= 0
+``r``     ``req``           yes        int, 0 <= req <= 2**31
+``r``     ``time``          yes        int, or an array of at most 64 ints
 ========  ================  =========  ================================
 
 "int" means a msgpack integer: ``true``/``false`` (Python ``bool``), floats and strings of
@@ -81,7 +93,7 @@ from .errors import WireError
 from .events import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
 
 __all__ = ["VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HELLO", "PING", "BYE",
-           "CREDIT",
+           "CREDIT", "READ", "HISTORY", "encode_history", "decode_history",
            "Heartbeat", "Notice", "encode_snapshot", "encode_data", "encode_frontier",
            "encode_heartbeat", "encode_notice", "encode_control", "decode", "decode_control",
            "decode_time", "codec", "CODECS", "MsgpackCodec", "ArrowCodec", "CONTROL_SCHEMAS",
@@ -98,9 +110,11 @@ HELLO = b"h" + _V
 PING = b"p" + _V
 BYE = b"b" + _V
 CREDIT = b"c" + _V
+READ = b"r" + _V
+HISTORY = b"R" + _V
 
 _PUB_KINDS = {SNAPSHOT, DATA, FRONTIER, HEARTBEAT, NOTICE}
-_SUB_KINDS = {HELLO, PING, BYE, CREDIT}
+_SUB_KINDS = {HELLO, PING, BYE, CREDIT, READ}
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -142,6 +156,18 @@ def _is_count(v) -> bool:
     return type(v) is int and 1 <= v <= MAX_COUNT
 
 
+def _is_req(v) -> bool:
+    return type(v) is int and 0 <= v <= MAX_COUNT
+
+
+def _is_time(v) -> bool:
+    """A time on the wire: an int, or an array of at most 64 ints (product orders). Whether it
+    fits the topic's order is checked by the receiver."""
+    if type(v) is int:
+        return True
+    return type(v) is tuple and len(v) <= 64 and all(type(x) is int for x in v)
+
+
 _ID = f"a str of at most {MAX_ID_CHARS} characters"
 _COUNT = "an int >= 1 (at most 2**31)"
 
@@ -161,6 +187,11 @@ CONTROL_SCHEMAS: dict[bytes, tuple[str, tuple[ControlField, ...]]] = {
     PING: ("ping", (ControlField("id", True, _is_id, _ID),)),
     CREDIT: ("credit", (ControlField("messages", True, _is_count, _COUNT),)),
     BYE: ("bye", ()),
+    READ: ("read", (ControlField("topic", True, _is_str, "a str"),
+                    ControlField("partition", True, _is_index, "an int >= 0"),
+                    ControlField("req", True, _is_req, "an int, 0 <= req <= 2**31"),
+                    ControlField("time", True, _is_time,
+                                 "an int or an array of at most 64 ints"))),
 }
 
 
@@ -232,6 +263,33 @@ def encode_notice(code: str, message: str, **extra) -> list[bytes]:
     header["code"] = code
     header["message"] = message
     return [NOTICE, _packb(header)]
+
+
+def encode_history(req: int, time, partition: int, payloads: list) -> list:
+    """Frames of an ``R`` message: one epoch of one partition read from the log, its payloads
+    (bytes-like, still encoded) one frame each."""
+    return [HISTORY, _packb({"req": req, "time": time, "partition": partition}), *payloads]
+
+
+def decode_history(frames) -> tuple[int, Any, list] | Notice:
+    """Decode an answer to an ``r`` read: ``(req, time, payload frames)`` for ``R``, or the
+    :class:`Notice` for ``X`` (``code`` ``"history"`` for a failed read). Raises
+    :class:`WireError` for anything else."""
+    kind = _check_kind(frames, {HISTORY, NOTICE})
+    if kind == NOTICE:
+        note = decode(frames)
+        assert isinstance(note, Notice)
+        return note
+    if len(frames) < 2:
+        raise WireError(f"history message needs at least 2 frames, got {len(frames)}")
+    try:
+        h = _unpack(frames[1])
+    except Exception as exc:
+        raise WireError(f"history header does not decode as msgpack: {exc}") from None
+    if type(h) is not dict or not _is_req(h.get("req")) or "time" not in h:
+        raise WireError(f"history header must be a map with an int 'req' and a 'time', got "
+                        f"{_show(h)}")
+    return h["req"], h["time"], list(frames[2:])
 
 
 def encode_control(kind: bytes, **fields) -> list[bytes]:

@@ -1,7 +1,9 @@
 """The loop thread of a :class:`~epochstream.transport.publisher.Publisher`: it owns the ROUTER,
 registers subscribers (taking each one's snapshot in the same step), runs the commands the
 calling threads hand over, and lets the pure :class:`~epochstream.transport.fanout.Fanout`
-decide who gets what. Heartbeats: peers that are sent nothing are probed every
+decide who gets what; remote history reads (``r``) go to the partition's
+:class:`~epochstream.transport.history_server.HistoryServer` thread and its answers are sent
+from here. Heartbeats: peers that are sent nothing are probed every
 ``heartbeat_interval``; the others get a heartbeat when the stream was idle that long."""
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..frontier import Antichain, apply_changes
 from ..order import dual
 from .fanout import Fanout
 from .handoff import Handoff
+from .history_server import HistoryServer
 from .sockets import SENT, transmit_to
 
 __all__ = ["PublisherLoop", "DATA", "FRONTIER", "SYNC", "ABORT", "STOP"]
@@ -70,10 +73,17 @@ class PublisherLoop:
         self._unsent: list = []  # (update, frames) of frontier changes awaiting the commit
         self.log_error: HistoryWriteError | None = None  # set once the log failed
         self._log_closed = False
+        # remote history reads (``r``) are served by a reader thread; None without a log
+        self._history: HistoryServer | None = None
+        self._ctx = p._ctx
 
     def run(self) -> None:
         """The thread's body: serve until stopped; a failure is kept in :attr:`error`."""
         try:
+            if self._log is not None:  # started here: a publisher that fails to start has none
+                self._history = HistoryServer(self._ctx, self.topic, self.partition, self.order,
+                                              self._log.catalog, str(self._log.dir),
+                                              stats=self.stats)
             self._serve()
         except BaseException as exc:  # a bug here must not pass silently: callers raise it
             self.error = exc
@@ -82,6 +92,8 @@ class PublisherLoop:
         finally:
             if self._log is not None:
                 self._log.close()
+            if self._history is not None:
+                self._history.close()
             for kind, arg, _ in self._handoff.ended():  # nobody may wait for a flush forever
                 if kind == SYNC:
                     arg.set()
@@ -92,6 +104,10 @@ class PublisherLoop:
         poller.register(self._handoff.socket, zmq.POLLIN)
         blocked_poller = zmq.Poller()  # while flow control holds the producer back
         blocked_poller.register(self._router, zmq.POLLIN)
+        history = self._history
+        if history is not None:  # replies go out even while flow control blocks the producer
+            poller.register(history.socket, zmq.POLLIN)
+            blocked_poller.register(history.socket, zmq.POLLIN)
         commands, fanout = self._handoff.commands, self._fanout
         stop_at = None
         while stop_at is None or (fanout.peers and _time.monotonic() < stop_at):
@@ -103,6 +119,8 @@ class PublisherLoop:
                 self._poll_timeout(pending, blocked, stop_at)))
             if self._router in events:
                 self._handle_peers()
+            if history is not None and history.socket in events:
+                history.drain(self._transmit)
             if self._handoff.socket in events:
                 self._handoff.woken()
             if not blocked and stop_at is None and commands and self._run_commands():
@@ -312,6 +330,14 @@ class PublisherLoop:
                     "error", "credit refused: not a registered flow-controlled subscriber"))
         elif kind == wire.BYE:
             fanout.leave(ident)
+        elif kind == wire.READ:
+            refusal = (self._history.submit(ident, header) if self._history is not None else
+                       wire.encode_notice(
+                           "history", f"publisher of {self.topic!r} partition {self.partition} "
+                                      f"keeps no epoch log (no retention)",
+                           req=header["req"], reason="unavailable"))
+            if refusal is not None:
+                self._transmit(ident, refusal)
         elif ident not in fanout.peers:  # a ping from a connection we do not know
             self._transmit(ident, fanout.lagged_notice(header["id"]) or self._loop_aborted
                            or wire.encode_notice(

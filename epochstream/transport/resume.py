@@ -189,15 +189,19 @@ class Resume:
         """Read, check, decode and combine each epoch of ``batch``; yield :class:`Epoch`."""
         reader = self._history_reader()
         decode, combine = self.codec.decode, self.codec.combine
-        for t, recs in batch.epochs:
+        epochs = reader.read(batch.epochs)
+        while True:
             try:
-                payloads = reader.payloads(recs)
+                item = next(epochs, None)
             except HistoryUnavailable as e:  # retention deleted it while we caught up
                 if self.durable is None:
                     raise
                 raise SubscriptionExpired(
                     f"durable subscription {self.durable!r}: {e}", name=self.durable,
                     acked=self.position or (), retained=e.retained or ()) from None
+            if item is None:
+                return
+            t, recs, payloads = item
             chunks = [decode(p) for _, p in payloads]
             yield Epoch(t, combine(chunks), len(chunks), sum(r.nbytes for r in recs),
                         max(r.completed_at for r in recs), now)
@@ -246,6 +250,10 @@ class Resume:
         beyond it was acked), or ``None`` without ``durable=`` (or before a ``"latest"`` start
         is resolved, when the join is ready)."""
         return None if self._acks is None else self._acks.position
+
+    def _close_history(self) -> None:
+        if self._history is not None:
+            self._history.close()
 
     def _release_hold(self) -> None:
         if self.durable is not None and self._catalog is not None:

@@ -537,6 +537,7 @@ class Subscriber(Recovery, Resume, Pull):
         self._closed = True
         for partition in list(self._by_partition):
             self._retire_socket(partition)
+        self._close_history()
         self._release_hold()
 
     def __enter__(self) -> "Subscriber":
