@@ -1,8 +1,11 @@
-"""Spark Structured Streaming → epochstream: one Spark micro-batch is one epoch.
+"""Spark Structured Streaming ↔ epochstream: as a sink one Spark micro-batch is one epoch; as a
+source a micro-batch is a range of whole epochs between two frontiers (docs/spark.md).
 
 - :class:`EpochstreamDataSource` — a Python Data Source named ``epochstream`` (PySpark >= 4):
-  ``df.writeStream.format("epochstream").option("topic", ...).option("catalog", ...)``
-  (:func:`register` / :func:`start_query` register it).
+  ``df.writeStream.format("epochstream").option("topic", ...).option("catalog", ...)`` writes a
+  topic, ``spark.readStream.format("epochstream").option("topic", ...)...load()`` reads one
+  from its durable history (:class:`EpochstreamStreamReader`) (:func:`register` /
+  :func:`start_query` register it).
 - :class:`SparkPublisherHost` — runs in the user's driver program: creates the topic and, per
   topic partition, a :class:`~epochstream.transport.Publisher` plus an *ingest* endpoint that the
   query's tasks send their rows to.
@@ -23,6 +26,8 @@ Modules, one concept each:
 - :mod:`~epochstream.spark.client` — a Spark worker's connections to the ingest endpoints, and
   the driver-side COMMIT of an epoch;
 - :mod:`~epochstream.spark.sink` — the Data Source, its stream writer and commit message;
+- :mod:`~epochstream.spark.source` — the Data Source's stream reader: offsets as frontiers,
+  batches of whole epochs read from the epoch logs, the query's durable subscription;
 - :mod:`~epochstream.spark.session` — :func:`local_session`, :func:`register`,
   :func:`start_query`.
 
@@ -35,8 +40,9 @@ from .ingest import IngestError
 from .session import local_session, register, start_query
 from .sink import (DEFAULT_ACK_TIMEOUT, SOURCE_NAME, EpochstreamCommitMessage,  # noqa: F401
                    EpochstreamDataSource, EpochstreamStreamWriter)
+from .source import EpochstreamStreamReader, SourceError
 from .staging import DEFAULT_MAX_STAGED_BYTES  # noqa: F401
 
 __all__ = ["EpochstreamDataSource", "EpochstreamStreamWriter", "EpochstreamCommitMessage",
-           "SparkPublisherHost", "IngestError", "register", "start_query", "local_session",
-           "SOURCE_NAME"]
+           "EpochstreamStreamReader", "SourceError", "SparkPublisherHost", "IngestError",
+           "register", "start_query", "local_session", "SOURCE_NAME"]

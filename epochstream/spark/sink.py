@@ -44,6 +44,7 @@ from ..wire import codec
 from .client import (DEFAULT_COMMIT_TIMEOUT, IngestClient, client, drop_client, ingest_endpoints,
                      require_host, send_commit)
 from .ingest import Abort, Data, Flush, FlushAck, IngestError
+from .source import EpochstreamStreamReader, source_schema
 
 __all__ = ["SOURCE_NAME", "DEFAULT_ACK_TIMEOUT", "EpochstreamDataSource", "EpochstreamStreamWriter",
            "EpochstreamCommitMessage"]
@@ -166,11 +167,24 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
 
 
 class EpochstreamDataSource(DataSource):
-    """Python Data Source ``epochstream`` (streaming sink only)."""
+    """Python Data Source ``epochstream``: a streaming sink (:meth:`streamWriter`) and a
+    streaming source (:meth:`schema`, :meth:`streamReader`; :mod:`epochstream.spark.source`)."""
 
     @classmethod
     def name(cls) -> str:
         return SOURCE_NAME
+
+    def schema(self) -> Any:
+        """The rows of ``spark.readStream.format("epochstream")...load()`` without a user
+        schema: the topic's Arrow schema plus ``_epoch`` and ``_partition``. Raises at
+        ``.load()`` what :func:`~epochstream.spark.source.source_schema` raises (unknown topic,
+        no history, bad option, msgpack topic)."""
+        return source_schema(self.options)
+
+    def streamReader(self, schema: Any) -> EpochstreamStreamReader:
+        """The stream reader of a query reading a topic
+        (:class:`~epochstream.spark.source.EpochstreamStreamReader`)."""
+        return EpochstreamStreamReader(self.options, schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> EpochstreamStreamWriter:
         """The writer of one micro-batch (planning) or of one commit/abort. Raises
