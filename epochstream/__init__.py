@@ -15,11 +15,11 @@ Heavy layers are imported lazily, so ``import epochstream.order`` needs neither 
 
 from typing import TYPE_CHECKING
 
-from .errors import (CatalogError, EpochstreamError, GroupStopped, HistoryCorrupt, HistoryError,
-                     HistoryUnavailable, HistoryWriteError, LeaseExpired, PartitionHeld,
-                     ProtocolError,
+from .errors import (CatalogError, CatalogUnavailable, EpochstreamError, GroupStopped,
+                     HistoryCorrupt, HistoryError, HistoryUnavailable, HistoryWriteError,
+                     LeaseExpired, PartitionHeld, ProtocolError,
                      PublisherAborted, PublisherLost, SubscriberLagged, SubscriptionExpired,
-                     SubscriptionHeld, TopicClosed, TopicNotFound, WireError)
+                     SubscriptionHeld, TopicClosed, TopicNotFound, WireError, FilterError)
 
 __version__ = "0.1.0"
 
@@ -35,9 +35,11 @@ if TYPE_CHECKING:  # the lazy names below, with their real types for type checke
     from .protocol import PublisherProtocol as PublisherProtocol
     from .protocol import SubscriberProtocol as SubscriberProtocol
     from .transport import Publisher as Publisher, Subscriber as Subscriber
+    from .transport import Relay as Relay
     from .retention import Retention as Retention
     from .history import History as History
     from .group import EpochGroup as EpochGroup, Lease as Lease
+    from .filters import Filter as Filter
 
 _LAZY = {
     "TOTAL": "order", "product": "order",
@@ -45,15 +47,17 @@ _LAZY = {
     "Epoch": "events", "Gap": "events", "InitialFrontierSnapshot": "events",
     "LowerFrontierUpdate": "events", "DataMessage": "events", "FetchResult": "events",
     "EpochAssembler": "protocol", "PublisherProtocol": "protocol", "SubscriberProtocol": "protocol",
-    "Publisher": "transport", "Subscriber": "transport",
+    "Publisher": "transport", "Subscriber": "transport", "Relay": "transport",
     "Catalog": "catalog",
     "Retention": "retention", "History": "history", "EpochGroup": "group", "Lease": "group",
+    "Filter": "filters",
 }
 
 __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
            "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", "HistoryError",
            "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
-           "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed", *_LAZY]
+           "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed",
+           "CatalogUnavailable", "FilterError", *_LAZY]
 
 
 def __getattr__(name):

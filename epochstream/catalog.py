@@ -31,7 +31,17 @@ a ``live`` row whose process is gone (no such pid, a zombie, or a pid reused by 
 process) is reported with state ``"dead"``: liveness is judged *now*, by the reader, from the pid
 (:func:`pid_alive`). Processes on another host cannot be checked and are assumed alive.
 ``closed`` and ``aborted`` are final whatever the process does afterwards. The stored ``upper`` is
-reported in every state (for a ``dead`` row: the last one its publisher recorded).
+reported in every state (for a ``dead`` row: the last one its publisher recorded). A row
+registered with a ``lease`` (seconds; what the network catalog's client does) is judged by its
+lease instead: ``dead`` once ``updated_at + lease`` has passed without a :meth:`Catalog.heartbeat`
+(or another write by its holder).
+
+Network catalog
+---------------
+
+``Catalog("tcp://host:port")`` (or ``$EPOCHSTREAM_CATALOG`` set to such a URL) returns a
+:class:`~epochstream.catalog_client.RemoteCatalog` (a subclass, with the same methods) talking to
+``epochstream catalog serve`` (:mod:`epochstream.catalog_server`), which owns the SQLite file.
 """
 
 from __future__ import annotations
@@ -47,7 +57,7 @@ from typing import Any, Iterator
 
 from .catalog_groups import GroupCatalog, GroupInfo
 from .catalog_history import DurableInfo, EpochRecord, HistoryCatalog, HistoryState
-from .catalog_liveness import HOST, pid_alive, process_start
+from .catalog_liveness import check_holder, pid_alive
 from .catalog_records import (ROW_COLUMNS, PartitionInfo, TopicInfo, encode_upper,
                               partition_from_row)
 from .catalog_schema import SCHEMA_VERSION, STATES, enable_wal, ensure_schema, retry_busy
@@ -56,7 +66,8 @@ from .order import by_name
 
 __all__ = ["Catalog", "TopicInfo", "PartitionInfo", "default_catalog_path", "pid_alive", "ENV_VAR",
            "DEFAULT_DIR", "DEFAULT_FILE", "BUSY_TIMEOUT_S", "POLL_INTERVAL_S", "SCHEMA_VERSION",
-           "STATES", "DurableInfo", "EpochRecord", "HistoryState", "GroupInfo"]
+           "STATES", "DurableInfo", "EpochRecord", "HistoryState", "GroupInfo", "is_catalog_url",
+           "URL_SCHEME"]
 
 ENV_VAR = "EPOCHSTREAM_CATALOG"
 DEFAULT_DIR = ".epochstream"
@@ -67,15 +78,24 @@ for switching a new file to WAL and creating its schema)."""
 POLL_INTERVAL_S = 0.05
 """Seconds between two reads of the catalog while :meth:`Catalog.lookup` waits."""
 _FILE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+URL_SCHEME = "tcp://"
+"""A catalog given as a string starting with this is the network catalog at that address."""
 
 # Connections opened by record_upper in a process that then forked: the child must neither use
 # nor close them (SQLite forbids carrying a connection across fork()), so they are kept here.
 _INHERITED: list[sqlite3.Connection] = []
 
 
+def is_catalog_url(path: Any) -> bool:
+    """Whether ``path`` names a network catalog: a string ``"tcp://host:port"`` (any case)."""
+    return isinstance(path, str) and path[:len(URL_SCHEME)].lower() == URL_SCHEME
+
+
 def default_catalog_path() -> Path:
     """``$EPOCHSTREAM_CATALOG`` if set (a directory or a ``.sqlite`` file), else
-    ``./.epochstream/catalog.sqlite`` under the current working directory."""
+    ``./.epochstream/catalog.sqlite`` under the current working directory. (For a
+    ``$EPOCHSTREAM_CATALOG`` that is a network catalog's URL, see :func:`is_catalog_url`, this
+    is meaningless: :class:`Catalog` opens the URL.)"""
     env = os.environ.get(ENV_VAR)
     if env:
         return _resolve(env)
@@ -133,7 +153,18 @@ class Catalog(HistoryCatalog, GroupCatalog):
 
     The index of durable history (epoch logs, durable subscriptions) is read and written by the
     methods of :class:`~epochstream.catalog_history.HistoryCatalog`; consumer groups by those of
-    :class:`~epochstream.catalog_groups.GroupCatalog`."""
+    :class:`~epochstream.catalog_groups.GroupCatalog`.
+
+    ``path`` may also be a network catalog's URL, ``"tcp://host:port"`` (also through
+    ``$EPOCHSTREAM_CATALOG``): ``Catalog(url, timeout=..., lease=...)`` then returns a
+    :class:`~epochstream.catalog_client.RemoteCatalog`, a subclass with the same methods (see
+    there for its keyword arguments and errors)."""
+
+    def __new__(cls, path: str | os.PathLike | None = None, *args: Any, **kwargs: Any):
+        if cls is Catalog and is_catalog_url(os.environ.get(ENV_VAR) if path is None else path):
+            from .catalog_client import RemoteCatalog  # the client imports this module
+            return super().__new__(RemoteCatalog)
+        return super().__new__(cls)
 
     def __init__(self, path: str | os.PathLike | None = None):
         self.path: Path = (default_catalog_path() if path is None else _resolve(path)).absolute()
@@ -367,7 +398,9 @@ class Catalog(HistoryCatalog, GroupCatalog):
 
     def register_partition(self, topic: str, partition: int, endpoint: str, *,
                            ingest: str | None = None, pid: int | None = None,
-                           incarnation: str | None = None, upper: Any = ()) -> str:
+                           incarnation: str | None = None, upper: Any = (),
+                           lease: float | None = None, host: str | None = None,
+                           pid_start: float | None = None) -> str:
         """Claim ``partition`` of ``topic`` for the publisher at ``endpoint``; return its incarnation.
 
         - ``partition``: int, ``0 <= partition < partitions`` (else :class:`CatalogError`);
@@ -376,7 +409,13 @@ class Catalog(HistoryCatalog, GroupCatalog):
         - ``incarnation``: id of this publisher run, default a fresh ``uuid4().hex``;
         - ``upper``: the partition's initial upper frontier, stored in the row's ``upper`` column
           (an iterable of times: ints, or tuples of ints for product orders; read back as a
-          tuple of times in :attr:`PartitionInfo.upper`). Default ``()``: nothing sent yet.
+          tuple of times in :attr:`PartitionInfo.upper`). Default ``()``: nothing sent yet;
+        - ``lease``: seconds, or ``None`` (the default). With a lease the partition is alive
+          while ``updated_at + lease`` has not passed: its holder renews it with
+          :meth:`heartbeat` (:meth:`record_upper` renews it too), and its pid is not checked
+          (the network catalog's client registers this way, :mod:`epochstream.catalog_client`);
+        - ``host``, ``pid_start``: the publisher's machine and process start time (default:
+          this machine, and the start time of ``pid`` here).
 
         Sets state ``live``, stores ``upper``, stamps ``updated_at = time.time()``. Raises
         :class:`TopicNotFound` if the topic does not exist, :class:`PartitionHeld` if a
@@ -392,15 +431,15 @@ class Catalog(HistoryCatalog, GroupCatalog):
         upper_text = encode_upper(upper)
         pid = os.getpid() if pid is None else int(pid)
         incarnation = uuid.uuid4().hex if incarnation is None else str(incarnation)
-        pid_start = process_start(pid)
+        pid, pid_start, host, lease = check_holder(pid, pid_start, host, lease)
         with self._write() as conn:
             self._check_claim(conn, topic, partition, incarnation)
             conn.execute(
                 "INSERT OR REPLACE INTO partitions (topic, idx, endpoint, ingest, state, "
-                "incarnation, pid, pid_start, host, upper, updated_at) "
-                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?)",
-                (topic, partition, endpoint, ingest, incarnation, pid, pid_start, HOST,
-                 upper_text, time.time()))
+                "incarnation, pid, pid_start, host, upper, updated_at, lease) "
+                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?)",
+                (topic, partition, endpoint, ingest, incarnation, pid, pid_start, host,
+                 upper_text, time.time(), lease))
         return incarnation
 
     def _check_claim(self, conn: sqlite3.Connection, topic: str, partition: int,
@@ -479,7 +518,8 @@ class Catalog(HistoryCatalog, GroupCatalog):
 
     def heartbeat(self, topic: str, partition: int, incarnation: str) -> bool:
         """Stamp ``updated_at = time.time()`` (seconds) on ``partition`` of ``topic`` if it is
-        still held by ``incarnation``. Returns whether it was (``False``: replaced or dropped)."""
+        still held by ``incarnation`` (this renews its lease, if it has one). Returns whether it
+        was (``False``: replaced or dropped)."""
         with self._write() as conn:
             cur = conn.execute(
                 "UPDATE partitions SET updated_at = ? WHERE topic = ? AND idx = ? "

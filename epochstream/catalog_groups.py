@@ -20,19 +20,19 @@ Tables (schema version 3)::
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .catalog_history import decode_time, encode_time
-from .catalog_liveness import HOST, pid_alive, process_start
+from .catalog_liveness import check_holder, pid_alive
 from .catalog_records import decode_upper, encode_upper
 from .errors import CatalogError, GroupStopped, LeaseExpired, TopicNotFound
-from .leases import EpochState
+from .leases import EpochState, Plan
 
-__all__ = ["GROUPS_DDL", "GroupCatalog", "GroupInfo", "Claimed"]
+__all__ = ["GROUPS_DDL", "GroupCatalog", "GroupInfo", "Claimed", "ClaimView", "GroupEpoch"]
 
 GROUPS_DDL = (
     """CREATE TABLE IF NOT EXISTS groups (
@@ -103,7 +103,59 @@ class Claimed:
     history: tuple
 
 
+@dataclass(frozen=True)
+class ClaimView:
+    """What :meth:`GroupCatalog.group_claim_read` saw of a group, for a claim decided elsewhere
+    (the network catalog's client): ``states`` (``((unit, EpochState), ...)``), ``now``
+    (``time.time()`` of the read, seconds), ``stored`` (the stored position, a tuple of times or
+    ``None``) and ``fingerprint`` (of states and position: :meth:`GroupCatalog.group_claim_apply`
+    applies a decision only if they are unchanged)."""
+
+    states: tuple
+    now: float
+    stored: tuple | None
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class GroupEpoch:
+    """One stored unit of a group (a ``group_epochs`` row): ``time``, ``bucket`` (``-1``: the
+    whole epoch), ``state`` (``"free"``, ``"leased"``, ``"acked"``, ``"dead"``), ``deliveries``,
+    the fencing ``token``, the leasing ``worker`` and its process (``pid``, ``host``, ``alive``:
+    judged when read), ``deadline`` (the lease's end) and ``not_before`` (a nak's delay ends),
+    both ``time.time()`` seconds."""
+
+    time: Any
+    bucket: int
+    state: str
+    deliveries: int
+    token: int
+    worker: str | None
+    pid: int | None
+    host: str | None
+    alive: bool
+    deadline: float
+    not_before: float
+
+
+def _fingerprint(states: dict, stored: str | None) -> str:
+    """A digest of a group's epoch states and stored position (text as stored)."""
+    text = repr((sorted(states.items(), key=lambda kv: repr(kv[0])), stored))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 _GROUP_COLUMNS = ("mode, ack_wait, max_deliver, dead_letter, position, state, reason")
+
+
+def _unit_time(t: Any) -> Any:
+    """A unit's time as stored and read back (an int, or a tuple of ints); raises
+    ``TypeError`` for anything else."""
+    if isinstance(t, list):
+        t = tuple(t)
+    parts = t if isinstance(t, tuple) else (t,)
+    if not parts or any(isinstance(x, bool) or not isinstance(x, int) for x in parts):
+        raise TypeError(f"not a time: {t!r}")
+    return decode_time(encode_time(t))
 
 
 class GroupCatalog:
@@ -182,6 +234,36 @@ class GroupCatalog:
             out[(decode_time(t), b)] = EpochState(st, deliveries, deadline, not_before, alive)
         return out
 
+    def group_epochs(self, topic: str, name: str) -> list[GroupEpoch]:
+        """Every unit stored for group ``name`` of ``topic`` (those at or beyond its position:
+        settled units behind it are forgotten), as :class:`GroupEpoch` rows in no particular
+        order; ``[]`` for an unknown group. Read-only."""
+        out = []
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT time, bucket, state, deliveries, token, worker, worker_pid, "
+                "worker_pid_start, worker_host, deadline, not_before FROM group_epochs "
+                "WHERE topic = ? AND name = ?", (topic, name)).fetchall()
+        for (t, b, state, deliveries, token, worker, pid, pid_start, host, deadline,
+             not_before) in rows:
+            alive = state != "leased" or pid is None or pid_alive(pid, pid_start, host)
+            out.append(GroupEpoch(decode_time(t), b, state, deliveries, token, worker, pid, host,
+                                  alive, deadline, not_before))
+        return out
+
+    @staticmethod
+    def _claim_start(conn, topic: str, name: str) -> tuple:
+        """Inside a claim's transaction: ``(ack_wait, next_token, stored position text)``;
+        raises :class:`CatalogError` (no such group) or :class:`GroupStopped`."""
+        row = conn.execute("SELECT ack_wait, next_token, state, reason, position FROM groups "
+                           "WHERE topic = ? AND name = ?", (topic, name)).fetchone()
+        if row is None:
+            raise CatalogError(f"topic {topic!r} has no consumer group {name!r}")
+        ack_wait, token, state, reason, stored = row
+        if state == "stopped":
+            raise GroupStopped(f"consumer group {name!r} of topic {topic!r} stopped: {reason}")
+        return ack_wait, token, stored
+
     def group_claim(self, topic: str, name: str, worker: str, decide: Callable[[dict, float], Any],
                     ) -> tuple[list[Claimed], list[Claimed], tuple | None]:
         """In one transaction: read the group's epoch states, call ``decide(states, now,
@@ -194,46 +276,98 @@ class GroupCatalog:
         dead-letter topic, or they are offered again when the lease ends). Returns ``(claimed,
         exhausted, position)``. Acked or dead rows not at or beyond the new
         position are forgotten. Raises :class:`GroupStopped` if the group stopped."""
-        pid = os.getpid()
+        pid, pid_start, host, _ = check_holder(None, None, None, None)
         with self._hot_write("FULL") as conn:
-            row = conn.execute("SELECT ack_wait, next_token, state, reason, position FROM groups "
-                               "WHERE topic = ? AND name = ?", (topic, name)).fetchone()
-            if row is None:
-                raise CatalogError(f"topic {topic!r} has no consumer group {name!r}")
-            ack_wait, token, state, reason, stored = row
-            if state == "stopped":
-                raise GroupStopped(f"consumer group {name!r} of topic {topic!r} stopped: {reason}")
+            ack_wait, token, stored = self._claim_start(conn, topic, name)
             now = time.time()
             states = self._states(conn, topic, name)
             the_plan, position = decide(states, now,
                                         None if stored is None else decode_upper(stored))
-            claimed, exhausted = [], []
-            for unit in (*the_plan.lease, *the_plan.exhausted):
-                st = states.get(unit)
-                fresh = unit not in the_plan.exhausted  # exhausted: leased to dead-letter it
-                deliveries = (st.deliveries if st is not None else 0) + (1 if fresh else 0)
-                key, bucket = encode_time(unit[0]), unit[1]
-                hist_row = conn.execute("SELECT history FROM group_epochs WHERE topic = ? AND "
-                                        "name = ? AND time = ? AND bucket = ?",
-                                        (topic, name, key, bucket)).fetchone()
-                history = json.loads(hist_row[0]) if hist_row else []
-                if fresh:
-                    history.append([worker, now])
-                conn.execute(
-                    "INSERT OR REPLACE INTO group_epochs (topic, name, time, bucket, state, "
-                    "deliveries, token, worker, worker_pid, worker_pid_start, worker_host, "
-                    "deadline, not_before, history) VALUES (?, ?, ?, ?, 'leased', ?, ?, ?, ?, ?, "
-                    "?, ?, 0, ?)",
-                    (topic, name, key, bucket, deliveries, token, worker, pid, process_start(pid),
-                     HOST, now + ack_wait, json.dumps(history)))
-                (claimed if fresh else exhausted).append(Claimed(
-                    unit, token, deliveries, now + ack_wait, tuple(tuple(h) for h in history)))
-                token += 1
-            conn.execute("UPDATE groups SET next_token = ? WHERE topic = ? AND name = ?",
-                         (token, topic, name))
-            if position is not None:
-                self._set_position(conn, topic, name, position, states)
+            claimed, exhausted = self._claim_apply(conn, topic, name, worker, states, the_plan,
+                                                   position, ack_wait, token, now,
+                                                   (pid, pid_start, host))
             return claimed, exhausted, position
+
+    def group_claim_read(self, topic: str, name: str) -> ClaimView:
+        """The first half of a :meth:`group_claim` decided by the caller (the network catalog's
+        client, whose ``decide`` cannot cross the network): the group's epoch states, the
+        time and the stored position, with their fingerprint. Raises as :meth:`group_claim`."""
+        with self._connect() as conn:
+            conn.execute("BEGIN")
+            try:
+                self._claim_start(conn, topic, name)
+                stored = conn.execute("SELECT position FROM groups WHERE topic = ? AND name = ?",
+                                      (topic, name)).fetchone()[0]
+                states = self._states(conn, topic, name)
+            finally:
+                conn.execute("COMMIT")
+        return ClaimView(tuple(states.items()), time.time(),
+                         None if stored is None else decode_upper(stored),
+                         _fingerprint(states, stored))
+
+    def group_claim_apply(self, topic: str, name: str, worker: str, lease: Any, exhausted: Any,
+                          position: Any, fingerprint: str, *, pid: int | None = None,
+                          pid_start: float | None = None, host: str | None = None
+                          ) -> tuple[list[Claimed], list[Claimed], tuple | None] | None:
+        """The second half: in one transaction, if the group's states and stored position still
+        have ``fingerprint`` (:meth:`group_claim_read`), lease the units ``lease`` and
+        ``exhausted`` (as a :class:`~epochstream.leases.Plan`) to ``worker`` (process ``pid``,
+        ``pid_start``, ``host``; default this one) and store ``position`` (or ``None``), exactly
+        as :meth:`group_claim` does, and return its result; if anything changed in between,
+        change nothing and return ``None`` (read and decide again). Raises as
+        :meth:`group_claim`, and :class:`CatalogError` for malformed units."""
+        holder = check_holder(pid, pid_start, host, None)[:3]
+        try:
+            the_plan = Plan(tuple((_unit_time(u[0]), int(u[1])) for u in lease),
+                            tuple((_unit_time(u[0]), int(u[1])) for u in exhausted))
+        except (TypeError, ValueError, IndexError):
+            raise CatalogError(f"lease and exhausted must be lists of units (time, bucket), got "
+                               f"{lease!r} and {exhausted!r}") from None
+        if position is not None:
+            position = decode_upper(encode_upper(position))
+        with self._hot_write("FULL") as conn:
+            ack_wait, token, stored = self._claim_start(conn, topic, name)
+            states = self._states(conn, topic, name)
+            if _fingerprint(states, stored) != fingerprint:
+                return None
+            claimed, exhausted_ = self._claim_apply(conn, topic, name, worker, states, the_plan,
+                                                    position, ack_wait, token, time.time(),
+                                                    holder)
+            return claimed, exhausted_, position
+
+    def _claim_apply(self, conn, topic: str, name: str, worker: str, states: dict, the_plan,
+                     position, ack_wait: float, token: int, now: float,
+                     holder: tuple) -> tuple[list[Claimed], list[Claimed]]:
+        """Inside a claim's transaction: lease ``the_plan``'s units to ``worker`` (process
+        ``holder`` = ``(pid, pid_start, host)``), store ``position`` (unless ``None``)."""
+        pid, pid_start, host = holder
+        claimed, exhausted = [], []
+        for unit in (*the_plan.lease, *the_plan.exhausted):
+            st = states.get(unit)
+            fresh = unit not in the_plan.exhausted  # exhausted: leased to dead-letter it
+            deliveries = (st.deliveries if st is not None else 0) + (1 if fresh else 0)
+            key, bucket = encode_time(unit[0]), unit[1]
+            hist_row = conn.execute("SELECT history FROM group_epochs WHERE topic = ? AND "
+                                    "name = ? AND time = ? AND bucket = ?",
+                                    (topic, name, key, bucket)).fetchone()
+            history = json.loads(hist_row[0]) if hist_row else []
+            if fresh:
+                history.append([worker, now])
+            conn.execute(
+                "INSERT OR REPLACE INTO group_epochs (topic, name, time, bucket, state, "
+                "deliveries, token, worker, worker_pid, worker_pid_start, worker_host, "
+                "deadline, not_before, history) VALUES (?, ?, ?, ?, 'leased', ?, ?, ?, ?, ?, "
+                "?, ?, 0, ?)",
+                (topic, name, key, bucket, deliveries, token, worker, pid, pid_start,
+                 host, now + ack_wait, json.dumps(history)))
+            (claimed if fresh else exhausted).append(Claimed(
+                unit, token, deliveries, now + ack_wait, tuple(tuple(h) for h in history)))
+            token += 1
+        conn.execute("UPDATE groups SET next_token = ? WHERE topic = ? AND name = ?",
+                     (token, topic, name))
+        if position is not None:
+            self._set_position(conn, topic, name, position, states)
+        return claimed, exhausted
 
     def _set_position(self, conn, topic: str, name: str, position, states: dict) -> None:
         from .frontier import Antichain

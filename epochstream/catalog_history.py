@@ -29,7 +29,9 @@ JSON like ``partitions.upper`` (:func:`~epochstream.catalog_records.encode_upper
         until the first join resolves ``start``), acked (JSON times at or beyond the position
         acked out of order), state ('active' | 'expired'), holder (the
         holding Subscriber's id, NULL when free), holder_pid, holder_pid_start, holder_host,
-        created_at, acked_at, reason (why it expired)
+        created_at, acked_at, reason (why it expired), holder_lease (seconds, or NULL: the
+        holder took it through the network catalog and renews it), holder_seen (time.time() of
+        the holder's last claim, ack or renewal) -- the last two since schema version 4
 
 Every write runs in one ``BEGIN IMMEDIATE`` transaction, like the rest of the catalog.
 """
@@ -42,7 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .catalog_liveness import HOST, pid_alive, process_start
+from .catalog_liveness import check_holder, holder_alive
 from .catalog_records import decode_upper, encode_upper
 from .errors import CatalogError, SubscriptionExpired, SubscriptionHeld, TopicNotFound
 from .frontier import Antichain
@@ -187,13 +189,13 @@ def position_available(order, position: Iterable[Any], since: Iterable[Any]) -> 
 
 
 _DURABLE_COLUMNS = ("topic, name, position, acked, state, holder, holder_pid, holder_pid_start, "
-                    "holder_host, created_at, acked_at, reason")
+                    "holder_host, created_at, acked_at, reason, holder_lease, holder_seen")
 
 
 def _durable(row) -> DurableInfo:
     (topic, name, position, acked, state, holder, pid, pid_start, host, created, acked_at,
-     reason) = row
-    alive = holder is not None and pid is not None and pid_alive(pid, pid_start, host)
+     reason, lease, seen) = row
+    alive = holder is not None and holder_alive(pid, pid_start, host, lease, seen)
     return DurableInfo(topic, name, None if position is None else decode_upper(position),
                        decode_upper(acked), state, holder, alive, pid, host, created, acked_at,
                        reason)
@@ -393,16 +395,23 @@ class HistoryCatalog:
         return None if row is None else _durable(row)
 
     def durable_claim(self, topic: str, name: str, holder: str, *,
-                      takeover: bool = False) -> DurableInfo:
+                      takeover: bool = False, pid: int | None = None,
+                      pid_start: float | None = None, host: str | None = None,
+                      lease: float | None = None) -> DurableInfo:
         """Hold the durable subscription ``name`` of ``topic`` for ``holder`` (a subscriber id),
         creating it (position ``None``) on first use. Raises :class:`TopicNotFound`,
         :class:`SubscriptionExpired` (it expired: reset it first), or :class:`SubscriptionHeld`
         if another live holder has it and ``takeover`` is false (a holder whose process is gone
-        is replaced)."""
+        is replaced).
+
+        ``pid``/``pid_start``/``host``: the holder's process (default: this one); ``lease``:
+        seconds the hold lasts without a renewal (:meth:`durable_renew`, or an ack), or ``None``
+        (the default: the holder is alive while its process runs). The network catalog's
+        client passes its own process and a lease."""
         if not isinstance(name, str) or not name or len(name) > 200:
             raise CatalogError(f"a durable subscription name must be a non-empty str of at "
                                f"most 200 characters, got {name!r}")
-        pid = os.getpid()
+        pid, pid_start, host, lease = check_holder(pid, pid_start, host, lease)
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM topics WHERE name = ?", (topic,)).fetchone() is None:
                 raise TopicNotFound(topic, self._existing(conn))
@@ -412,8 +421,9 @@ class HistoryCatalog:
             if row is None:
                 conn.execute(
                     "INSERT INTO durables (topic, name, position, state, holder, holder_pid, "
-                    "holder_pid_start, holder_host, created_at) VALUES (?, ?, NULL, 'active', ?, "
-                    "?, ?, ?, ?)", (topic, name, holder, pid, process_start(pid), HOST, now))
+                    "holder_pid_start, holder_host, created_at, holder_lease, holder_seen) "
+                    "VALUES (?, ?, NULL, 'active', ?, ?, ?, ?, ?, ?, ?)",
+                    (topic, name, holder, pid, pid_start, host, now, lease, now))
             else:
                 info = _durable(row)
                 if info.state == "expired":
@@ -430,8 +440,8 @@ class HistoryCatalog:
                         f"takeover=True to take it over")
                 conn.execute(
                     "UPDATE durables SET holder = ?, holder_pid = ?, holder_pid_start = ?, "
-                    "holder_host = ? WHERE topic = ? AND name = ?",
-                    (holder, pid, process_start(pid), HOST, topic, name))
+                    "holder_host = ?, holder_lease = ?, holder_seen = ? WHERE topic = ? AND "
+                    "name = ?", (holder, pid, pid_start, host, lease, now, topic, name))
             row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
                                f"name = ?", (topic, name)).fetchone()
             return _durable(row)
@@ -453,20 +463,29 @@ class HistoryCatalog:
         """Store ``position`` (a frontier) and ``acked`` (times at or beyond it acked out of
         order) as the acked state of ``name`` if ``holder`` still holds it and it is active;
         returns whether it did (``False``: taken over, expired, reset or dropped — the fencing
-        check)."""
+        check). An ack renews the holder's lease, if it has one."""
         text = encode_upper(position)
+        now = time.time()
         with self._hot_write("FULL") as conn:  # an ack: the consumer's hot path
             cur = conn.execute(
-                "UPDATE durables SET position = ?, acked = ?, acked_at = ? WHERE topic = ? AND "
-                "name = ? AND holder = ? AND state = 'active'",
-                (text, encode_upper(acked), time.time(), topic, name, holder))
+                "UPDATE durables SET position = ?, acked = ?, acked_at = ?, holder_seen = ? "
+                "WHERE topic = ? AND name = ? AND holder = ? AND state = 'active'",
+                (text, encode_upper(acked), now, now, topic, name, holder))
             return cur.rowcount > 0
 
     def durable_release(self, topic: str, name: str, holder: str) -> None:
         """Let go of ``name`` if ``holder`` holds it (a closing subscriber)."""
         with self._write() as conn:
-            conn.execute("UPDATE durables SET holder = NULL, holder_pid = NULL WHERE topic = ? "
-                         "AND name = ? AND holder = ?", (topic, name, holder))
+            conn.execute("UPDATE durables SET holder = NULL, holder_pid = NULL, holder_lease = "
+                         "NULL WHERE topic = ? AND name = ? AND holder = ?", (topic, name, holder))
+
+    def durable_renew(self, topic: str, name: str, holder: str) -> bool:
+        """Renew ``holder``'s lease on ``name`` (stamp ``holder_seen = time.time()``); returns
+        whether ``holder`` still holds it (``False``: taken over, reset, released or dropped)."""
+        with self._write("NORMAL") as conn:
+            cur = conn.execute("UPDATE durables SET holder_seen = ? WHERE topic = ? AND name = ? "
+                               "AND holder = ?", (time.time(), topic, name, holder))
+            return cur.rowcount > 0
 
     def durable_reset(self, topic: str, name: str, position: Any | None) -> DurableInfo:
         """Re-arm ``name`` at ``position`` (a frontier, or ``None``: resolved by the next

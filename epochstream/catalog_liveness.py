@@ -7,6 +7,12 @@ machine). Readers judge liveness *now*, from those three, with :func:`pid_alive`
 is gone, a zombie, or a pid reused by a process that started at another time is dead. Processes
 on another host cannot be checked and are assumed alive.
 
+A row registered through the network catalog (:mod:`epochstream.catalog_client`) carries a
+**lease** instead: ``lease`` seconds, renewed by its holder's heartbeats (``updated_at``, stamped
+by the catalog server's clock). Such a row is alive while ``updated_at + lease >= now``
+(:func:`lease_alive`), wherever its process runs; its pid is not checked. :func:`holder_alive`
+chooses between the two rules.
+
 Used by :mod:`epochstream.catalog_records` (a ``live`` row whose process is dead is reported as
 ``"dead"``) and :mod:`epochstream.catalog` (the values stamped at registration).
 """
@@ -15,10 +21,14 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from typing import Any
 
 import psutil
 
-__all__ = ["HOST", "pid_alive", "process_start"]
+from .errors import CatalogError
+
+__all__ = ["HOST", "pid_alive", "process_start", "lease_alive", "holder_alive", "check_holder"]
 
 HOST = socket.gethostname()
 """This machine's host name, as stored in ``partitions.host`` by rows registered here."""
@@ -56,3 +66,43 @@ def pid_alive(pid: int, pid_start: float | None = None, host: str | None = None)
         return False
     except psutil.AccessDenied:  # exists, owned by someone else
         return True
+
+
+def lease_alive(renewed_at: float | None, lease: float, now: float | None = None) -> bool:
+    """Whether a lease of ``lease`` seconds last renewed at ``renewed_at`` (``time.time()``
+    seconds) still holds at ``now`` (default: ``time.time()``). A lease never renewed is dead."""
+    if renewed_at is None:
+        return False
+    return (time.time() if now is None else now) <= renewed_at + lease
+
+
+def holder_alive(pid: int | None, pid_start: float | None, host: str | None,
+                 lease: float | None = None, renewed_at: float | None = None,
+                 now: float | None = None) -> bool:
+    """Liveness of a row's holder: by its lease (:func:`lease_alive`) if ``lease`` is set (a row
+    written through the network catalog), else by its process (:func:`pid_alive`)."""
+    if lease is not None:
+        return lease_alive(renewed_at, lease, now)
+    return pid is not None and pid_alive(pid, pid_start, host)
+
+
+def check_holder(pid: Any, pid_start: Any, host: Any, lease: Any) -> tuple:
+    """A holder's ``(pid, pid_start, host, lease)`` checked, defaults filled in: this process
+    and no lease. Raises :class:`~epochstream.errors.CatalogError` for a value of the wrong type."""
+    if pid is None:
+        pid = os.getpid()
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise CatalogError(f"pid must be an int, got {pid!r}")
+    if host is None:
+        host = HOST
+    if not isinstance(host, str):
+        raise CatalogError(f"host must be a str, got {host!r}")
+    if pid_start is None and host == HOST:
+        pid_start = process_start(pid)
+    if pid_start is not None and (isinstance(pid_start, bool)
+                                  or not isinstance(pid_start, (int, float))):
+        raise CatalogError(f"pid_start must be seconds or None, got {pid_start!r}")
+    if lease is not None and (isinstance(lease, bool) or not isinstance(lease, (int, float))
+                              or not 0 < lease < 1e9):
+        raise CatalogError(f"lease must be seconds > 0 or None, got {lease!r}")
+    return pid, pid_start, host, None if lease is None else float(lease)

@@ -6,7 +6,9 @@ A partition's ``upper`` frontier is stored as JSON text (:func:`encode_upper`,
 back as a tuple of times, product times as tuples. A row is read with the columns
 :data:`ROW_COLUMNS`, in that order, and :func:`partition_from_row` turns it into a
 :class:`PartitionInfo`, reporting a stored ``live`` state whose process is gone as ``"dead"``
-(judged now, by :func:`~epochstream.catalog_liveness.pid_alive`).
+(judged now, by :func:`~epochstream.catalog_liveness.pid_alive`), or, for a row registered with
+a lease (through the network catalog), whose lease expired
+(:func:`~epochstream.catalog_liveness.lease_alive`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from .catalog_liveness import pid_alive
+from .catalog_liveness import holder_alive
 from .errors import CatalogError
 from .order import by_name
 
@@ -24,7 +26,7 @@ __all__ = ["PartitionInfo", "TopicInfo", "ROW_COLUMNS", "partition_from_row", "e
            "decode_upper"]
 
 ROW_COLUMNS = ("idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, "
-               "updated_at")
+               "updated_at, lease")
 """The ``partitions`` columns :func:`partition_from_row` reads, in order (for a ``SELECT``)."""
 
 
@@ -71,7 +73,11 @@ class PartitionInfo:
       before the process died;
     - ``updated_at``: ``time.time()`` of the last register/heartbeat/record_upper/close, in
       seconds;
-    - ``host``, ``pid_start``: where and when the publisher process started (liveness checks).
+    - ``host``, ``pid_start``: where and when the publisher process started (liveness checks);
+    - ``lease``: seconds, or ``None``. A partition registered through the network catalog
+      (:mod:`epochstream.catalog_client`) holds a lease renewed by its publisher's heartbeats
+      (each renewal stamps ``updated_at``): it is ``"dead"`` once ``updated_at + lease`` has
+      passed, and its pid is not checked. ``None``: liveness is the pid check.
     """
 
     index: int
@@ -84,11 +90,14 @@ class PartitionInfo:
     updated_at: float
     host: str | None = None
     pid_start: float | None = None
+    lease: float | None = None
 
     @property
     def alive(self) -> bool:
-        """``True`` iff the state is ``"live"`` and the publisher process is running now."""
-        return self.state == "live" and pid_alive(self.pid, self.pid_start, self.host)
+        """``True`` iff the state is ``"live"`` and the publisher process is running now (with a
+        ``lease``: the lease has not expired now, by this machine's clock)."""
+        return self.state == "live" and holder_alive(self.pid, self.pid_start, self.host,
+                                                     self.lease, self.updated_at)
 
 
 @dataclass(frozen=True)
@@ -136,10 +145,11 @@ class TopicInfo:
 
 def partition_from_row(row) -> PartitionInfo:
     """The :class:`PartitionInfo` of one ``partitions`` row read with :data:`ROW_COLUMNS`; a
-    ``live`` row whose process is not running now gets state ``"dead"``."""
-    idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, updated_at = row
-    if state == "live" and not pid_alive(pid, pid_start, host):
+    ``live`` row whose process is not running now (or whose lease expired) gets state
+    ``"dead"``."""
+    idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, updated_at, lease = row
+    if state == "live" and not holder_alive(pid, pid_start, host, lease, updated_at):
         state = "dead"
     return PartitionInfo(index=idx, endpoint=endpoint, ingest=ingest, state=state,
                          incarnation=incarnation, pid=pid, upper=decode_upper(upper),
-                         updated_at=updated_at, host=host, pid_start=pid_start)
+                         updated_at=updated_at, host=host, pid_start=pid_start, lease=lease)

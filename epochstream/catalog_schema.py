@@ -39,12 +39,18 @@ has registered yet has no row)::
                                    -- closed or aborted (close_partition)
     updated_at  REAL NOT NULL      -- time.time() of the last register/heartbeat/record_upper/close,
                                    -- seconds
+    lease       REAL               -- seconds (version 4), or NULL: a row registered through the
+                                   -- network catalog is live while updated_at + lease >= now
+                                   -- (renewed by heartbeats); NULL rows are judged by their pid
     PRIMARY KEY (topic, idx)
 
 ``history_partitions``, ``history_segments``, ``history_epochs`` (the index of each partition's
 epoch log) and ``durables`` (durable subscriptions): see :mod:`epochstream.catalog_history`,
 which owns their DDL and every read and write of them; ``groups`` and ``group_epochs``
-(consumer groups): :mod:`epochstream.catalog_groups`.
+(consumer groups): :mod:`epochstream.catalog_groups`. Version 4 adds the lease columns
+(:data:`LEASE_COLUMNS`): ``partitions.lease`` and ``durables.holder_lease`` (seconds) and
+``durables.holder_seen`` (``time.time()`` of the holder's last renewal), all ``NULL`` for rows
+written by the embedded catalog.
 
 The stored state is only ever one of :data:`STATES`; readers also report ``"dead"``
 (:mod:`epochstream.catalog_liveness`).
@@ -67,13 +73,19 @@ from .catalog_groups import GROUPS_DDL
 from .catalog_history import HISTORY_DDL
 from .errors import CatalogError
 
-__all__ = ["SCHEMA_VERSION", "STATES", "ensure_schema", "enable_wal", "check_version",
+__all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "STATES", "ensure_schema", "enable_wal", "check_version",
            "retry_busy", "is_busy"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated;
 1: before durable history — version 2 adds the ``history_*`` and ``durables`` tables; version 3
-the consumer groups' ``groups`` and ``group_epochs``)."""
+the consumer groups' ``groups`` and ``group_epochs``; version 4 the lease columns of the network
+catalog, :data:`LEASE_COLUMNS`)."""
+
+LEASE_COLUMNS = (("partitions", "lease", "REAL"), ("durables", "holder_lease", "REAL"),
+                 ("durables", "holder_seen", "REAL"))
+"""``(table, column, type)`` added by schema version 4 (``ALTER TABLE ... ADD COLUMN``, to new
+files too, so every file has the same columns in the same order)."""
 
 STATES = ("live", "closed", "aborted")
 """The states stored in ``partitions.state`` (readers also report ``"dead"``: module docstring)."""
@@ -200,7 +212,8 @@ def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
 def _create_or_migrate(conn: sqlite3.Connection) -> None:
     """Inside ``ensure_schema``'s transaction: create the tables of a new file, or migrate an
     older one keeping every row (version 0: rebuild ``partitions``, whose state CHECK lacks
-    ``'aborted'``; versions 0 and 1: add the history tables); then set the version."""
+    ``'aborted'``; versions 0 and 1: add the history tables; versions 0 to 3: add the lease
+    columns); then set the version."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
                        "AND name = 'partitions'").fetchone() is not None
@@ -215,4 +228,8 @@ def _create_or_migrate(conn: sqlite3.Connection) -> None:
         conn.execute(_PARTITIONS_DDL.format(name="partitions"))
     for ddl in (*HISTORY_DDL, *GROUPS_DDL):  # versions 1 and 2: new tables only
         conn.execute(ddl)
+    for table, column, kind in LEASE_COLUMNS:  # version 3 and before: new nullable columns
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -20,10 +20,14 @@ Commands (``epochstream COMMAND --help`` for each):
   show one with every leased unit, re-activate a stopped one, delete.
 - ``epochstream drop TOPIC [--force]`` — delete a topic from the catalog, its durable
   subscriptions, consumer groups and epoch logs.
-- ``epochstream demo [--days N] [--pace S] [--catalog PATH]`` — run the bundled demo.
+- ``epochstream catalog serve [--db PATH] [--bind tcp://HOST:PORT]`` — run the network catalog
+  (:mod:`epochstream.catalog_server`) until SIGINT/SIGTERM.
+- ``epochstream demo [--days N] [--pace S] [--catalog PATH] [--master URL]`` — run the bundled
+  demo (``--master spark://HOST:PORT``: on a Spark cluster; ``make demo-cluster``).
 - ``epochstream --version``; ``python -m epochstream`` is the same command.
 
-``--catalog`` takes a directory or a ``.sqlite`` file; without it the catalog is
+``--catalog`` takes a directory, a ``.sqlite`` file or a network catalog's URL
+(``tcp://HOST:PORT``, served by ``epochstream catalog serve``); without it the catalog is
 ``$EPOCHSTREAM_CATALOG`` or ``./.epochstream/catalog.sqlite`` (see :mod:`epochstream.catalog`).
 ``topics``, ``tail`` and ``drop`` never create a catalog: a path with none is refused (status 2).
 
@@ -129,7 +133,8 @@ app = typer.Typer(
 def _catalog_option(what: str) -> Any:
     return typer.Option(
         None, "--catalog", "-c", metavar="PATH",
-        help=f"Catalog directory or .sqlite file {what} (default: $EPOCHSTREAM_CATALOG, else "
+        help=f"Catalog directory or .sqlite file {what}, or a catalog service's URL "
+             f"tcp://HOST:PORT (default: $EPOCHSTREAM_CATALOG, else "
              f"./.epochstream/catalog.sqlite).")
 
 
@@ -625,6 +630,78 @@ def drop(
                                f"({', '.join(d.kept)})"), soft_wrap=True)
 
 
+# ---- catalog ----------------------------------------------------------------------------------
+
+
+catalog_app = typer.Typer(
+    name="catalog",
+    help="The catalog as a network service: 'epochstream catalog serve' owns the SQLite file "
+         "and answers Catalog(\"tcp://HOST:PORT\") clients (--catalog tcp://HOST:PORT, "
+         "$EPOCHSTREAM_CATALOG, the Spark option catalog) on other machines.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(catalog_app, name="catalog", short_help="Run the catalog as a network service.")
+
+
+@catalog_app.command(
+    "serve", short_help="Serve a catalog file to other machines.",
+    help="Serve the catalog file --db on --bind until SIGINT or SIGTERM. Clients open it with "
+         "Catalog(\"tcp://HOST:PORT\") or --catalog tcp://HOST:PORT; their partitions are "
+         "live while their lease is renewed (10 s by default). Prints 'catalog service on "
+         "ENDPOINT (database PATH)' once it serves (a * port resolved). No authentication: bind "
+         "to an interface only trusted hosts reach. Exit status 0 when stopped by a signal, 1 "
+         "if the database or the address cannot be used, 2 for bad usage.")
+def catalog_serve(
+    db: Optional[str] = typer.Option(
+        None, "--db", metavar="PATH",
+        help="Catalog directory or .sqlite file to serve, created if missing (default: "
+             "$EPOCHSTREAM_CATALOG, else ./.epochstream/catalog.sqlite)."),
+    bind: str = typer.Option(
+        "tcp://127.0.0.1:7420", "--bind", metavar="tcp://HOST:PORT",
+        help="Where to listen: tcp://0.0.0.0:7420 for every interface, a port * for any free "
+             "one."),
+) -> None:
+    from ._cli.catalog_serve import serve
+    serve(db, bind)
+
+
+# ---- relay ------------------------------------------------------------------------------------
+
+
+@app.command(
+    short_help="Republish a topic as TOPIC@TIER: one subscription upstream, many downstream.",
+    help="Subscribe to TOPIC once and republish it as the topic TOPIC@TIER, registered in the "
+         "catalog, for any number of subscribers (Subscriber(\"TOPIC@TIER\", ...), or "
+         "'epochstream tail TOPIC@TIER'); a relay of a relay makes a chain. Epochs stay whole; "
+         "subscribers' filters are applied here (--key names the topic's key column). Prints "
+         "'relay TOPIC -> TOPIC@TIER on ENDPOINT' once it serves and runs until SIGINT/SIGTERM "
+         "or until TOPIC ends. Exit status 0 when stopped or when TOPIC ended, 1 if the "
+         "upstream failed (the relay aborts TOPIC@TIER: its subscribers raise "
+         "PublisherAborted), 2 for an unknown topic or bad usage.")
+def relay(
+    topic: str = typer.Argument(..., metavar="TOPIC", hidden=True),
+    catalog: Optional[str] = _catalog_option("to read and register in"),
+    tier: str = typer.Option("relay", "--tier", metavar="NAME",
+                             help="The tier's name: the relay serves TOPIC@NAME."),
+    bind: str = typer.Option("tcp://127.0.0.1:*", "--bind", metavar="tcp://HOST:PORT",
+                             help="Where subscribers connect: tcp://0.0.0.0:* for every "
+                                  "interface, a port * for any free one."),
+    advertise: Optional[str] = typer.Option(
+        None, "--advertise", metavar="HOST",
+        help="The address registered in the catalog (default: the bound one; a wildcard bind "
+             "registers this machine's host name)."),
+    key: Optional[str] = typer.Option(None, "--key", metavar="COLUMN",
+                                      help="The topic's key column, for subscribers' keys=."),
+    wait: float = typer.Option(10.0, "--wait", metavar="SECONDS",
+                               help="How long to wait for TOPIC and its publishers."),
+) -> None:
+    from ._cli.relay import run_relay
+    run_relay(topic, open_existing_catalog(catalog), tier, bind, advertise, key, wait)
+
+
 # ---- demo -------------------------------------------------------------------------------------
 
 
@@ -649,9 +726,16 @@ def demo(
         None, "--catalog", "-c", metavar="PATH",
         help="Catalog directory or .sqlite file to publish to, created if missing (default: "
              "$EPOCHSTREAM_CATALOG, else ./.epochstream/catalog.sqlite)."),
+    master: Optional[str] = typer.Option(
+        None, "--master", metavar="URL", show_default=False,
+        help="Spark master: local[N] (default: local[2]), or a cluster's spark://HOST:PORT (its "
+             "executors must reach the catalog, so give a catalog service's URL, --catalog "
+             "tcp://HOST:PORT, unless they share this machine's files; 'make demo-cluster' "
+             "starts a cluster on this machine and runs the demo on it)."),
 ) -> None:
     try:
-        code = _demo.main(days=days, host=host, catalog=catalog, pace=pace)
+        code = _demo.main(days=days, host=host, catalog=catalog, pace=pace,
+                          **({"master": master} if master else {}))
     except KeyboardInterrupt:
         err().print("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None

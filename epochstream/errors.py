@@ -7,7 +7,8 @@ everything of ours in one clause and still tell the cases apart:
   (data behind the lower frontier, a time of the wrong shape for the topic's order, ...).
 - :class:`WireError` — a frame sequence that cannot be decoded (a :class:`ProtocolError`
   subclass: malformed input is a protocol violation by the peer that sent it).
-- :class:`TopicNotFound`, :class:`PartitionHeld`, :class:`CatalogError` — catalog lookups.
+- :class:`TopicNotFound`, :class:`PartitionHeld`, :class:`CatalogError` — catalog lookups;
+  :class:`CatalogUnavailable` — the network catalog did not answer in time.
 - :class:`SubscriberLagged` — the publisher evicted a subscriber that fell too far behind.
 - :class:`PublisherLost` — a partition's publisher stopped answering (no heartbeat in time).
 - :class:`PublisherAborted` — a partition's publisher ended abnormally (an exception left its
@@ -26,9 +27,10 @@ everything of ours in one clause and still tell the cases apart:
 from __future__ import annotations
 
 __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
-           "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", "HistoryError",
+           "PartitionHeld", "CatalogUnavailable", "SubscriberLagged", "PublisherLost",
+           "PublisherAborted", "HistoryError",
            "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
-           "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed"]
+           "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed", "FilterError"]
 
 
 class EpochstreamError(Exception):
@@ -62,6 +64,21 @@ class TopicNotFound(CatalogError, LookupError):
 
 class PartitionHeld(CatalogError):
     """Registering a partition that a live publisher already holds."""
+
+
+class CatalogUnavailable(CatalogError):
+    """The network catalog (``Catalog("tcp://host:port")``, served by ``epochstream catalog
+    serve``) did not answer a request within its timeout (seconds): nothing listens there, the
+    host is unreachable, or the service is overloaded. ``url`` and ``timeout`` (seconds) say
+    which and how long; ``op`` names the request. Whether a write that timed out was applied is
+    unknown: read the catalog again before retrying it."""
+
+    def __init__(self, message: str, *, url: str = "", timeout: float | None = None,
+                 op: str = ""):
+        self.url = url
+        self.timeout = timeout
+        self.op = op
+        super().__init__(message)
 
 
 class SubscriberLagged(EpochstreamError):
@@ -168,3 +185,9 @@ class TopicClosed(CatalogError):
         self.topic = topic
         self.ended_at = ended_at
         super().__init__(message)
+
+
+class FilterError(EpochstreamError, ValueError):
+    """A record filter (``keys``/``columns``/``where``, :mod:`epochstream.filters`) that is
+    malformed — an op not in ``== != < <= > >= in``, a value that is not a scalar, too many keys
+    — or that does not fit the data (a column the records lack, values of another type)."""

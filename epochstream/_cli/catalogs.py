@@ -1,5 +1,7 @@
 """Which catalog a command opens: ``--catalog PATH``, else ``$EPOCHSTREAM_CATALOG``, else
-``./.epochstream/catalog.sqlite``. The reading commands (topics, tail, drop) never create one."""
+``./.epochstream/catalog.sqlite``. The reading commands (topics, tail, drop) never create one.
+A network catalog's URL (``tcp://HOST:PORT``) in either place opens that catalog service; one
+that does not answer ends the command (status 1)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,12 @@ from typing import Optional
 
 import typer
 
-from ..catalog import DEFAULT_FILE, ENV_VAR, Catalog, default_catalog_path
+from ..catalog import DEFAULT_FILE, ENV_VAR, Catalog, default_catalog_path, is_catalog_url
 from ..errors import EpochstreamError, TopicNotFound
 from .output import EXIT_USAGE, fail
 
-__all__ = ["open_catalog", "catalog_file", "open_existing_catalog", "unknown_topic"]
+__all__ = ["open_catalog", "catalog_file", "open_existing_catalog", "unknown_topic",
+           "given_catalog"]
 
 
 def open_catalog(path: Optional[str]) -> Catalog:
@@ -22,6 +25,11 @@ def open_catalog(path: Optional[str]) -> Catalog:
         return Catalog(path)
     except EpochstreamError as e:
         raise fail(str(e)) from None
+
+
+def given_catalog(path: Optional[str]) -> Optional[str]:
+    """``--catalog`` if given, else ``$EPOCHSTREAM_CATALOG`` if set, else ``None``."""
+    return path if path is not None else (os.environ.get(ENV_VAR) or None)
 
 
 def catalog_file(path: Optional[str]) -> tuple[Path, str]:
@@ -39,7 +47,11 @@ def catalog_file(path: Optional[str]) -> tuple[Path, str]:
 
 def open_existing_catalog(path: Optional[str]) -> Catalog:
     """Open the catalog a reading command (topics, tail, drop) uses; refuse (exit 2) to create
-    one where none exists: a typo in --catalog must not look like an empty catalog."""
+    one where none exists: a typo in --catalog must not look like an empty catalog. A network
+    catalog's URL opens that service (it has a catalog file by construction)."""
+    url = given_catalog(path)
+    if url is not None and is_catalog_url(url):
+        return open_catalog(url)
     file, source = catalog_file(path)
     if not file.is_file():
         if file.parent.is_dir() and file.name == DEFAULT_FILE:

@@ -18,8 +18,7 @@ from rich.table import Table
 
 from ..catalog import Catalog
 from ..catalog_groups import GroupInfo
-from ..catalog_history import decode_time, position_available
-from ..catalog_liveness import pid_alive
+from ..catalog_history import position_available
 from ..errors import HistoryUnavailable
 from ..history import History
 from .formats import fmt_time
@@ -70,18 +69,10 @@ def group_units(cat: Catalog, topic: str, name: str) -> list[GroupUnit]:
     position: settled units behind it are forgotten), sorted by time and bucket.
 
     :class:`~epochstream.catalog_groups.GroupInfo` names the leased units but not who holds
-    them or until when, so this reads the rows itself, read-only."""
-    out = []
-    with cat._connect() as conn:
-        rows = conn.execute(
-            "SELECT time, bucket, state, deliveries, token, worker, worker_pid, "
-            "worker_pid_start, worker_host, deadline, not_before FROM group_epochs "
-            "WHERE topic = ? AND name = ?", (topic, name)).fetchall()
-    for (t, b, state, deliveries, token, worker, pid, pid_start, host, deadline,
-         not_before) in rows:
-        alive = state != "leased" or pid is None or pid_alive(pid, pid_start, host)
-        out.append(GroupUnit(decode_time(t), None if b < 0 else b, state, deliveries, token,
-                             worker, pid, host, alive, deadline, not_before))
+    them or until when: :meth:`~epochstream.catalog.Catalog.group_epochs` has the rows."""
+    out = [GroupUnit(r.time, None if r.bucket < 0 else r.bucket, r.state, r.deliveries, r.token,
+                     r.worker, r.pid, r.host, r.alive, r.deadline, r.not_before)
+           for r in cat.group_epochs(topic, name)]
     return sorted(out, key=lambda u: (_key(u.time), -1 if u.bucket is None else u.bucket))
 
 

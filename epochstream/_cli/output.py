@@ -3,16 +3,19 @@ notices, summaries, ``error:``/``hint:`` messages) on stderr, and the exit statu
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
-from typing import Optional
+import threading
+from typing import Any, Iterator, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 __all__ = ["EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_UNKNOWN_TOPIC",
-           "EXIT_CLOSED", "out", "err", "fail"]
+           "EXIT_CLOSED", "out", "err", "fail", "until_signal", "announce"]
 
 EXIT_OK = 0
 EXIT_ERROR = 1          # lost / dead / aborted publisher, --timeout, any other runtime error
@@ -40,3 +43,27 @@ def fail(message: str, code: int = EXIT_ERROR, hint: Optional[str] = None) -> ty
     if hint:
         console.print(f"[dim]hint:[/dim] {escape(hint)}", soft_wrap=True)
     return typer.Exit(code)
+
+
+@contextlib.contextmanager
+def until_signal() -> Iterator[threading.Event]:
+    """For a command that serves in the foreground: an Event set by SIGINT or SIGTERM (the
+    previous handlers are restored on exit)."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def announce(line: str) -> None:
+    """Print a serving command's one line on stdout, flushed: a pipe (a supervisor, a test)
+    waits for it."""
+    out().print(escape(line), soft_wrap=True)
+    sys.stdout.flush()

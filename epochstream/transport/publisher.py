@@ -12,6 +12,8 @@ Who gets what is decided by the pure :class:`~epochstream.transport.fanout.Fanou
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time as _time
 import uuid
@@ -32,7 +34,7 @@ from .handoff import Handoff
 from .loop import ABORT, DATA, FRONTIER, STOP, SYNC, PublisherLoop
 from .sockets import bind_router
 
-__all__ = ["Publisher", "inherited_upper", "history_dir"]
+__all__ = ["Publisher", "inherited_upper", "history_dir", "advertised_endpoint"]
 
 log = logging.getLogger("epochstream.transport")
 
@@ -80,6 +82,31 @@ def history_dir(catalog: Catalog, retention: Retention, topic: str, partition: i
     return partition_dir(base, topic, partition)
 
 
+def advertised_endpoint(bound: str, advertise: str | None = None) -> str:
+    """The endpoint to register in the catalog for a ROUTER bound at ``bound`` (its
+    ``LAST_ENDPOINT``): ``advertise`` if it is a whole endpoint (``"tcp://host:port"``; a
+    missing or ``*`` port is the bound one), ``bound`` with its host replaced by ``advertise``
+    (a host name or IP), or, without ``advertise``, ``bound`` itself — with
+    ``socket.gethostname()`` for a wildcard host (``0.0.0.0``, ``*``, ``::``)."""
+    scheme, _, rest = bound.partition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme != "tcp" and (advertise is None or "://" not in advertise):
+        return bound
+    if advertise is None:
+        if host.strip("[]") not in ("0.0.0.0", "*", "::", ""):
+            return bound
+        advertise = socket.gethostname()
+    if "://" in advertise:
+        a_scheme, _, a_rest = advertise.partition("://")
+        a_host, sep, a_port = a_rest.rpartition(":")
+        if not sep or not a_port.isdigit() and a_port != "*" or "]" in a_port:
+            a_host, a_port = a_rest, "*"
+        return f"{a_scheme}://{a_host}:{port if a_port == '*' else a_port}"
+    if ":" in advertise and not advertise.startswith("["):  # a bare IPv6 address
+        advertise = f"[{advertise}]"
+    return f"{scheme}://{advertise}:{port}"
+
+
 class Publisher:
     """One partition of a topic (Strymon "Publisher Logic").
 
@@ -94,8 +121,15 @@ class Publisher:
     endpoint:
         where to bind, e.g. ``"tcp://127.0.0.1:*"`` (a free port) or ``"tcp://0.0.0.0:7000"``;
         :attr:`endpoint` gives the bound address.
+    advertise:
+        the address registered in the catalog, for subscribers to connect to (Kafka's
+        ``advertised.listeners``): a host name or IP (the bound port is kept) or a whole
+        endpoint ``"tcp://host:port"``. Default: the bound address, except that a wildcard
+        bind (``0.0.0.0``, ``*``, ``[::]``) advertises this machine's ``socket.gethostname()``.
+        :attr:`advertised` gives it.
     catalog:
-        a :class:`~epochstream.catalog.Catalog` (or ``None``): the topic is created there if
+        a :class:`~epochstream.catalog.Catalog`, a path or a network catalog's URL
+        ``"tcp://host:port"`` (or ``None``): the topic is created there if
         needed and this partition registered (``ingest`` is recorded with it); the upper
         frontier is recorded there before data at a new maximal time is sent; :meth:`close`
         marks it closed (:meth:`abort`: aborted) with the final upper frontier.
@@ -117,6 +151,12 @@ class Publisher:
         recorded its own before sending data at a new maximal time). Without a recorded one, a
         total order uses ``start - 1``; any other order raises :class:`ProtocolError` (nothing
         could tell subscribers which epochs were begun). ``start=None`` starts a fresh stream.
+        A list of times is an antichain of initial capabilities (needs ``upper``).
+    upper:
+        the upper frontier to announce from the start (a list of times: epochs some data was
+        sent for already, which a new subscriber must drop), instead of the one inherited from
+        the catalog — what a :class:`~epochstream.transport.relay.Relay` announces for the
+        epochs its own upstream join began in the middle of. Not with ``retention``.
     strict:
         timely's capability rules for a single upstream (see
         :class:`~epochstream.protocol.PublisherProtocol`): never release a capability not held,
@@ -151,6 +191,15 @@ class Publisher:
         :class:`~epochstream.errors.PublisherAborted`) and its next call raises
         :class:`~epochstream.errors.HistoryWriteError`: it never completes an epoch it could
         not log.
+    key:
+        the topic's key, for subscribers' ``keys=`` filters (docs/filters.md): a column name
+        (dict records or Arrow; sent to subscribers in the snapshot so they re-check it), or a
+        function ``record -> key`` (msgpack records; such filters are always applied here).
+        ``None``: subscribers asking for keys are refused.
+    max_filter_classes:
+        the bound on distinct filter programs this partition encodes for (data is filtered and
+        encoded once per distinct program and message); a subscriber joining beyond it is sent
+        everything and filters itself, which stays correct (default 32, as seed 001 suggests).
 
     Flow control: a subscriber that opens with credit (``Subscriber(credit=N)``) is sent at most
     its granted ``D``/``F`` messages; beyond that its messages wait in its backlog, and when that
@@ -172,13 +221,15 @@ class Publisher:
     """
 
     def __init__(self, topic: str, partition: int = 0, *, order=TOTAL, codec: str = "msgpack",
-                 endpoint: str = "tcp://127.0.0.1:*", catalog: Catalog | None = None,
+                 endpoint: str = "tcp://127.0.0.1:*", catalog: Catalog | str | None = None,
                  partitions: int = 1, schema: str | None = None, ingest: str | None = None,
                  heartbeat_interval: float = 1.0, sndhwm: int = 1000,
                  max_queue_messages: int = 100_000, max_queue_bytes: int = 256 << 20,
                  queue_hwm: int = 1000, start=None, strict: bool = True,
                  coalesce_bytes: int = 64 << 10, credit_timeout: float = 30.0,
-                 retention: Retention | None = None, context: zmq.Context | None = None):
+                 retention: Retention | None = None, context: zmq.Context | None = None,
+                 advertise: str | None = None, key=None, max_filter_classes: int = 32,
+                 upper: list | None = None):
         if isinstance(order, str):
             order = by_name(order)
         if not isinstance(partition, int) or not 0 <= partition < partitions:
@@ -187,17 +238,32 @@ class Publisher:
         self.codec = wire.codec(codec)
         self.heartbeat_interval = float(heartbeat_interval)
         self.coalesce_bytes = int(coalesce_bytes) if self.codec.name == "msgpack" else 0
+        if key is not None and not (isinstance(key, str) or callable(key)):
+            raise TypeError(f"key must be a column name or a function, got {type(key).__name__}")
+        self.key = key
+        self.max_filter_classes = int(max_filter_classes)
         self.incarnation = uuid.uuid4().hex
+        if isinstance(catalog, (str, os.PathLike)):  # a path, or a network catalog's URL
+            catalog = Catalog(catalog)
         self._catalog = catalog
         self._log: LogWriter | None = None
         self.retention = retention
         self._resumed_at: tuple | None = None  # the lower frontier taken from the epoch log
+        if retention is not None and upper is not None:
+            raise ValueError("upper= is not for a publisher with retention (its log recovers it)")
         if retention is not None:
             lower, upper = self._open_log(retention, start, schema)
             if start is None and tuple(lower) != (order.minimum,):
                 self._resumed_at = tuple(lower)
             self._protocol = PublisherProtocol(order, lower=lower, upper=upper, strict=strict)
+        elif upper is not None:  # given: a relay announces what its upstream had begun
+            lower = [check_time(order, t) for t in start] if isinstance(start, list) else \
+                [order.minimum if start is None else check_time(order, start)]
+            upper = [check_time(order, t) for t in upper]
+            self._protocol = PublisherProtocol(order, lower=lower, upper=upper, strict=strict)
         else:
+            if isinstance(start, list):
+                raise ValueError("start= as a list of times (an antichain) needs upper=")
             upper = inherited_upper(catalog, topic, partition, order, start)
             self._protocol = PublisherProtocol(order, start=start, upper=upper, strict=strict)
         self._last_time, self._last_header = object(), b""  # header of the last data time
@@ -209,6 +275,7 @@ class Publisher:
         self._router = bind_router(self._ctx, endpoint, sndhwm=sndhwm,
                                    heartbeat_interval=self.heartbeat_interval)
         self.endpoint: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.advertised: str = advertised_endpoint(self.endpoint, advertise)
         self._handoff = Handoff(self._ctx, queue_hwm, lambda: self._thread.is_alive())
         self._fanout = Fanout(f"{topic!r} partition {partition}", partition,
                               max_messages=max_queue_messages, max_bytes=max_queue_bytes,
@@ -302,7 +369,7 @@ class Publisher:
             self._catalog.create_topic(self.topic, order=self.order, codec=self.codec.name,
                                        partitions=self.partitions, schema=schema)
             self.incarnation = self._catalog.register_partition(
-                self.topic, self.partition, self.endpoint, ingest=ingest,
+                self.topic, self.partition, self.advertised, ingest=ingest,
                 incarnation=self.incarnation, upper=list(self._protocol.upper))
         except BaseException:
             self._close_sockets()

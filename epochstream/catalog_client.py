@@ -1,0 +1,477 @@
+"""The network catalog's client: :class:`RemoteCatalog`, what ``Catalog("tcp://host:port")``
+returns — the same methods as the embedded :class:`~epochstream.catalog.Catalog`, each one
+request to ``epochstream catalog serve`` (:mod:`epochstream.catalog_server`), which runs it on
+the SQLite file it owns. Messages: :mod:`epochstream.catalog_rpc`.
+
+URL: ``tcp://HOST:PORT``, optionally with ``?timeout=SECONDS&lease=SECONDS`` (so that a URL in
+``$EPOCHSTREAM_CATALOG``, ``--catalog`` or a Spark option can carry them). Keyword arguments of
+``Catalog(url, timeout=..., lease=...)`` win over the URL's.
+
+- **Timeouts.** Every request waits at most ``timeout`` seconds (default
+  :data:`DEFAULT_TIMEOUT`) for its answer, then raises
+  :class:`~epochstream.errors.CatalogUnavailable` — never a hang; the socket of a request that
+  timed out is closed (``LINGER`` 0) and the next request uses a fresh one. Opening the client
+  asks the server to describe itself (``hello``), so an unreachable catalog is reported by
+  ``Catalog(url)`` itself.
+- **Errors** raised by the embedded catalog on the server are raised here with the same type,
+  message and attributes (:func:`~epochstream.catalog_rpc.raise_error`).
+- **Leases.** Liveness of a process on another machine cannot be checked from its pid, so a
+  partition registered through this client (:meth:`RemoteCatalog.register_partition`) and a
+  durable subscription claimed through it (:meth:`RemoteCatalog.durable_claim`) carry a lease of
+  ``lease`` seconds (default :data:`DEFAULT_LEASE`): a background thread of this client renews
+  every lease it holds every ``lease / 3`` seconds (also :meth:`RemoteCatalog.renew`), until the
+  partition is closed (:meth:`~RemoteCatalog.close_partition`), the subscription released, the
+  client closed (:meth:`RemoteCatalog.close`) or the process ends. A partition whose lease was
+  not renewed for ``lease`` seconds reads as ``"dead"`` (the server's clock) and another
+  publisher may take it over.
+- **Threads and processes.** A client may be shared by threads (each request borrows a socket
+  from a small pool); a child process made by ``fork()`` opens its own sockets and renews
+  nothing of its parent's.
+- **The local directory.** :attr:`RemoteCatalog.path` is the URL (a ``str``); its ``parent``
+  is a local directory standing for "the catalog's directory": ``$EPOCHSTREAM_HOME/<host>_<port>``
+  (default ``~/.epochstream/<host>_<port>``). ``Retention(dir=None)`` puts a publisher's epoch
+  logs under it (``history/<topic>/<partition>``).
+- **Consumer groups.** :meth:`RemoteCatalog.group_claim` cannot send its ``decide`` callable:
+  it reads the group's states (``group_claim_read``), decides here, and applies the decision in
+  one server transaction (``group_claim_apply``) only if the states did not change meanwhile;
+  otherwise it reads and decides again.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import os
+import random
+import re
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qsl
+
+import zmq
+
+from . import catalog_rpc as rpc
+from .catalog import ENV_VAR, POLL_INTERVAL_S, Catalog, _topic_definition, is_catalog_url
+from .catalog_groups import Claimed
+from .catalog_liveness import HOST, process_start
+from .catalog_records import TopicInfo
+from .catalog_schema import STATES
+from .errors import CatalogError, CatalogUnavailable, TopicNotFound
+
+__all__ = ["RemoteCatalog", "CatalogURL", "parse_url", "local_home", "DEFAULT_TIMEOUT",
+           "DEFAULT_LEASE", "HOME_VAR", "CLAIM_ATTEMPTS"]
+
+log = logging.getLogger("epochstream.catalog")
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds a request waits for the catalog server's answer."""
+DEFAULT_LEASE = 10.0
+"""Seconds a partition (or durable subscription) registered through the network catalog stays
+alive without a renewal; renewed every third of it."""
+HOME_VAR = "EPOCHSTREAM_HOME"
+"""Environment variable naming the local directory of a remote catalog's client (default
+``~/.epochstream``)."""
+CLAIM_ATTEMPTS = 100
+"""Reads-and-decides a :meth:`RemoteCatalog.group_claim` tries before giving up (each failure
+means another worker changed the group meanwhile)."""
+_POOL = 8  # idle sockets kept per client
+
+_URL = re.compile(r"^tcp://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(?P<port>[0-9]{1,5})"
+                  r"/?(?:\?(?P<query>.*))?$", re.IGNORECASE)
+
+
+def local_home() -> Path:
+    """``$EPOCHSTREAM_HOME``, else ``~/.epochstream`` (absolute)."""
+    return Path(os.environ.get(HOME_VAR) or "~/.epochstream").expanduser().absolute()
+
+
+def parse_url(url: str) -> tuple[str, int, dict[str, float]]:
+    """``(host, port, {"timeout": s, "lease": s})`` of ``tcp://HOST:PORT[?timeout=S&lease=S]``.
+    Raises :class:`CatalogError` for anything else (another scheme, no port, a ``*`` port, an
+    unknown or non-positive parameter)."""
+    m = _URL.match(url.strip()) if isinstance(url, str) else None
+    if m is None or not 0 < int(m["port"]) < 65536:
+        raise CatalogError(f"a network catalog is named tcp://HOST:PORT (optionally "
+                           f"?timeout=SECONDS&lease=SECONDS), got {url!r}")
+    params: dict[str, float] = {}
+    for k, v in parse_qsl(m["query"] or "", keep_blank_values=True, strict_parsing=False):
+        if k not in ("timeout", "lease"):
+            raise CatalogError(f"catalog URL {url!r}: unknown parameter {k!r} (timeout, lease)")
+        try:
+            params[k] = _seconds(k, float(v))
+        except ValueError:
+            raise CatalogError(f"catalog URL {url!r}: {k} must be seconds > 0, got {v!r}") from None
+    return m["host"].lower(), int(m["port"]), params
+
+
+def _seconds(what: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e6:
+        raise ValueError(f"{what} must be seconds > 0, got {value!r}")
+    return float(value)
+
+
+class CatalogURL(str):
+    """A network catalog's URL as :attr:`RemoteCatalog.path` (``str(path)`` is the URL, for
+    messages and for passing the catalog on, e.g. to Spark executors); ``parent`` is the local
+    directory standing for the catalog's directory, ``$EPOCHSTREAM_HOME/<host>_<port>``
+    (:func:`local_home`): the default home of epoch logs (``Retention(dir=None)``)."""
+
+    @property
+    def parent(self) -> Path:
+        host, port, _ = parse_url(str(self))
+        return local_home() / f"{host.strip('[]').replace(':', '_')}_{port}"
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+
+class RemoteCatalog(Catalog):
+    """The network catalog at ``url`` (``"tcp://host:port"``; ``None``: ``$EPOCHSTREAM_CATALOG``)
+    with the methods of :class:`~epochstream.catalog.Catalog` (module docstring).
+
+    ``timeout``: seconds each request may wait for its answer (default :data:`DEFAULT_TIMEOUT`,
+    or the URL's ``?timeout=``); ``lease``: seconds of the leases this client takes (default
+    :data:`DEFAULT_LEASE`, or ``?lease=``).
+
+    Raises :class:`CatalogError` for a malformed URL or argument and
+    :class:`~epochstream.errors.CatalogUnavailable` if the server does not answer within
+    ``timeout``; every method raises ``CatalogUnavailable`` likewise, and otherwise what the
+    embedded method raises."""
+
+    def __init__(self, url: str | None = None, *, timeout: float | None = None,
+                 lease: float | None = None):
+        url = os.environ.get(ENV_VAR) if url is None else url
+        if not is_catalog_url(url):
+            raise CatalogError(f"a network catalog is named tcp://HOST:PORT, got {url!r}")
+        host, port, params = parse_url(str(url))
+        try:
+            self.timeout = _seconds("timeout", params.get("timeout", DEFAULT_TIMEOUT)
+                                    if timeout is None else timeout)
+            self.lease = _seconds("lease", params.get("lease", DEFAULT_LEASE)
+                                  if lease is None else lease)
+        except ValueError as e:
+            raise CatalogError(str(e)) from None
+        self.url = f"tcp://{host}:{port}"
+        self.path = CatalogURL(self.url)  # type: ignore[assignment]
+        self._pool_lock = threading.Lock()
+        self._reset_process()
+        self._closed = False
+        self.server: dict = self._call("hello")
+        """The server's description: ``db`` (its SQLite file), ``host``, ``pid``, ``schema``,
+        ``version``."""
+
+    def _reset_process(self) -> None:
+        """State of this process (again after a ``fork()``: nothing of the parent's is used)."""
+        self._pid = os.getpid()
+        self._idle: list[zmq.Socket] = []
+        self._ids = itertools.count(1)
+        self._held: dict[tuple, str] = {}  # ("p", topic, partition) / ("d", topic, name) -> id
+        self._held_lock = threading.Lock()
+        self._renewer: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._identity: tuple | None = None
+
+    def __repr__(self) -> str:
+        return f"RemoteCatalog({self.url!r})"
+
+    # ---- requests
+
+    def _socket(self) -> zmq.Socket:
+        with self._pool_lock:
+            if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours
+                self._reset_process()
+            if self._idle:
+                return self._idle.pop()
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDTIMEO, int(self.timeout * 1000))
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        sock.connect(self.url)
+        return sock
+
+    def _give_back(self, sock: zmq.Socket) -> None:
+        with self._pool_lock:
+            if self._pid == os.getpid() and len(self._idle) < _POOL and not self._closed:
+                self._idle.append(sock)
+                return
+        sock.close(0)
+
+    def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        """Send ``op(*args, **kwargs)``; return the decoded result or raise its error."""
+        try:
+            body = rpc.encode({"op": op, "args": list(args), "kwargs": kwargs}, lenient=True)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise CatalogError(f"{op}: cannot send these arguments to the catalog service "
+                               f"{self.url}: {e}") from None
+        sock = self._socket()
+        rid = next(self._ids).to_bytes(8, "big")
+        deadline = time.monotonic() + self.timeout
+        try:
+            sock.send_multipart([rid, body], copy=len(body) < 65536)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sock.poll(max(1, int(left * 1000))):
+                    raise CatalogUnavailable(
+                        f"the catalog service {self.url} did not answer {op} within "
+                        f"{self.timeout:g} s (is `epochstream catalog serve` running there and "
+                        f"reachable?)", url=self.url, timeout=self.timeout, op=op)
+                frames = sock.recv_multipart()
+                if len(frames) == 2 and frames[0] == rid:
+                    break  # (anything else: an answer to an abandoned request; not possible on a
+                    # pooled socket, which only ever carries finished requests, but harmless)
+        except BaseException as e:
+            sock.close(0)  # a request that timed out: its late answer must not reach the next
+            if isinstance(e, zmq.Again):
+                raise CatalogUnavailable(
+                    f"the catalog service {self.url} took no request within {self.timeout:g} s",
+                    url=self.url, timeout=self.timeout, op=op) from None
+            if isinstance(e, zmq.ZMQError):
+                raise CatalogUnavailable(f"the catalog service {self.url}: {e}", url=self.url,
+                                         timeout=self.timeout, op=op) from None
+            raise
+        self._give_back(sock)
+        try:
+            reply = rpc.decode(frames[1], strict=False)
+        except Exception as e:  # noqa: BLE001
+            raise CatalogError(f"the catalog service {self.url} sent a malformed reply to "
+                               f"{op}: {e}") from None
+        if isinstance(reply, dict) and "ok" in reply and len(reply) == 1:
+            return reply["ok"]
+        if isinstance(reply, dict) and "error" in reply:
+            rpc.raise_error(reply["error"], self.url)
+        raise CatalogError(f"the catalog service {self.url} sent a malformed reply to {op}: "
+                           f"{reply!r:.200}")
+
+    def close(self) -> None:
+        """Stop renewing leases (partitions registered through this client read as ``dead``
+        once their lease passes) and close the idle sockets. Later calls open new sockets."""
+        self._stop.set()
+        with self._pool_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for s in idle:
+            s.close(0)
+        with self._held_lock:
+            self._held.clear()
+
+    def __enter__(self) -> "RemoteCatalog":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- leases
+
+    def _holder(self, pid: Any, pid_start: Any, host: Any) -> dict:
+        """The holder a request names: ``pid``, ``pid_start``, ``host`` as given, else this
+        process (the server cannot know the caller's process)."""
+        if self._identity is None or self._identity[0] != os.getpid():
+            me = os.getpid()
+            self._identity = (me, process_start(me), HOST)
+        if pid is None or pid == self._identity[0]:
+            pid, start = self._identity[0], self._identity[1]
+        else:  # another process of this machine (unless host says otherwise)
+            start = None
+        return {"pid": pid, "pid_start": start if pid_start is None else pid_start,
+                "host": self._identity[2] if host is None else host}
+
+    def _hold(self, key: tuple, ident: str) -> None:
+        with self._pool_lock:
+            if self._pid != os.getpid():
+                self._reset_process()
+        with self._held_lock:
+            self._held[key] = ident
+            if self._renewer is None or self._stop.is_set():
+                self._stop = threading.Event()
+                self._renewer = threading.Thread(
+                    target=_renew_loop, args=(weakref.ref(self), self._stop, self.lease / 3),
+                    daemon=True, name=f"epochstream-catalog-leases-{self.url}")
+                self._renewer.start()
+
+    def _drop(self, key: tuple, ident: str | None = None) -> None:
+        with self._held_lock:
+            if ident is None or self._held.get(key) == ident:
+                self._held.pop(key, None)
+
+    def renew(self) -> int:
+        """Renew now every lease this client holds (the background thread does so every
+        ``lease / 3`` seconds); returns how many are still held. A lease the catalog no longer
+        grants (the partition was taken over or dropped, the subscription reset) is forgotten.
+        Raises :class:`~epochstream.errors.CatalogUnavailable` if the server does not answer."""
+        with self._held_lock:
+            held = list(self._held.items())
+        kept = 0
+        for key, ident in held:
+            kind, topic, what = key
+            ok = self._call("heartbeat" if kind == "p" else "durable_renew", topic, what, ident)
+            if ok:
+                kept += 1
+            else:
+                self._drop(key, ident)
+        return kept
+
+    @property
+    def held(self) -> list[tuple]:
+        """The leases this client renews: ``("partition", topic, index)`` and
+        ``("durable", topic, name)``."""
+        with self._held_lock:
+            return [("partition" if k[0] == "p" else "durable", k[1], k[2]) for k in self._held]
+
+    # ---- the methods that do more than forward
+
+    def create_topic(self, topic: str, *, order: Any = "total", codec: str = "msgpack",
+                     partitions: int = 1, schema: str | None = None) -> TopicInfo:
+        order_name, codec, partitions, schema = _topic_definition(topic, order, codec,
+                                                                  partitions, schema)
+        return self._call("create_topic", topic, order=order_name, codec=codec,
+                          partitions=partitions, schema=schema)
+
+    def lookup(self, topic: str, wait: float = 0.0) -> TopicInfo:
+        deadline = time.monotonic() + max(0.0, float(wait))
+        while True:
+            missing: TopicNotFound | None = None
+            try:
+                info = self._call("lookup", topic)
+            except TopicNotFound as e:
+                info, missing = None, e
+            ready = info is not None and info.complete and all(
+                p.state in STATES for p in info.partition_info)
+            remaining = deadline - time.monotonic()
+            if ready or remaining <= 0:
+                if info is None:
+                    assert missing is not None
+                    raise missing
+                return info
+            time.sleep(min(POLL_INTERVAL_S, remaining))
+
+    def register_partition(self, topic: str, partition: int, endpoint: str, *,
+                           ingest: str | None = None, pid: int | None = None,
+                           incarnation: str | None = None, upper: Any = (),
+                           lease: float | None = None, host: str | None = None,
+                           pid_start: float | None = None) -> str:
+        me = self._holder(pid, pid_start, host)
+        inc = self._call("register_partition", topic, partition, endpoint, ingest=ingest,
+                         incarnation=incarnation, upper=upper,
+                         lease=self.lease if lease is None else lease, **me)
+        self._hold(("p", topic, partition), inc)
+        return inc
+
+    def close_partition(self, topic: str, partition: int, incarnation: str, upper: Any = (),
+                        *, aborted: bool = False) -> bool:
+        self._drop(("p", topic, partition), incarnation)
+        return self._call("close_partition", topic, partition, incarnation, upper,
+                          aborted=aborted)
+
+    def history_begin(self, topic: str, partition: int, directory: str, lower: Any,
+                      upper: Any) -> Any:
+        return self._call("history_begin", topic, partition, os.path.abspath(directory), lower,
+                          upper)
+
+    def durable_claim(self, topic: str, name: str, holder: str, *, takeover: bool = False,
+                      pid: int | None = None, pid_start: float | None = None,
+                      host: str | None = None, lease: float | None = None) -> Any:
+        me = self._holder(pid, pid_start, host)
+        info = self._call("durable_claim", topic, name, holder, takeover=takeover,
+                          lease=self.lease if lease is None else lease, **me)
+        self._hold(("d", topic, name), holder)
+        return info
+
+    def durable_release(self, topic: str, name: str, holder: str) -> None:
+        self._drop(("d", topic, name), holder)
+        return self._call("durable_release", topic, name, holder)
+
+    def group_claim(self, topic: str, name: str, worker: str, decide: Callable[..., Any],
+                    ) -> tuple[list[Claimed], list[Claimed], tuple | None]:
+        for attempt in range(CLAIM_ATTEMPTS):
+            view = self._call("group_claim_read", topic, name)
+            the_plan, position = decide(dict(view.states), view.now, view.stored)
+            got = self.group_claim_apply(topic, name, worker, list(the_plan.lease),
+                                         list(the_plan.exhausted), position, view.fingerprint)
+            if got is not None:
+                return got
+            time.sleep(random.uniform(0, 0.001 * min(attempt + 1, 20)))
+        raise CatalogError(f"consumer group {name!r} of topic {topic!r}: no claim after "
+                           f"{CLAIM_ATTEMPTS} attempts, the group kept changing meanwhile")
+
+    def group_claim_apply(self, topic: str, name: str, worker: str, lease: Any, exhausted: Any,
+                          position: Any, fingerprint: str, *, pid: int | None = None,
+                          pid_start: float | None = None, host: str | None = None) -> Any:
+        me = self._holder(pid, pid_start, host)
+        return self._call("group_claim_apply", topic, name, worker, lease, exhausted, position,
+                          fingerprint, **me)
+
+    # ---- no SQLite here
+
+    def _no_file(self, *args: Any, **kwargs: Any) -> Any:
+        raise CatalogError(f"{self!r} has no SQLite file here: it is served by "
+                           f"{self.url} (use the catalog's public methods)")
+
+    _connect = _write = _hot_write = _hot = _no_file
+
+    def _drop_hot(self) -> None:
+        return None
+
+
+def _forward(name: str) -> Callable[..., Any]:
+    def method(self: RemoteCatalog, *args: Any, **kwargs: Any) -> Any:
+        return self._call(name, *args, **kwargs)
+    base = getattr(Catalog, name, None)
+    if base is not None:
+        functools.update_wrapper(method, base)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _refuse(name: str) -> Callable[..., Any]:
+    def method(self: RemoteCatalog, *args: Any, **kwargs: Any) -> Any:
+        raise CatalogError(f"Catalog.{name} is not available through the network catalog "
+                           f"({self.url}): add it to epochstream.catalog_rpc.OPS")
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+for _name in sorted(rpc.OPS - {"hello"}):
+    if _name not in RemoteCatalog.__dict__ and hasattr(Catalog, _name):
+        setattr(RemoteCatalog, _name, _forward(_name))
+for _name, _value in list(RemoteCatalog.__dict__.items()):  # overrides: the embedded docs
+    if callable(_value) and not _name.startswith("_") and _value.__doc__ is None \
+            and getattr(Catalog, _name, None) is not None:
+        _value.__doc__ = (f"{getattr(Catalog, _name).__doc__ or ''}\n\n"
+                          f"(Through the network catalog: see :mod:`epochstream.catalog_client`.)")
+for _name in dir(Catalog):  # a public method added to Catalog but not to OPS: refused, loudly
+    if not _name.startswith("_") and callable(getattr(Catalog, _name)) \
+            and _name not in RemoteCatalog.__dict__:
+        setattr(RemoteCatalog, _name, _refuse(_name))
+del _name, _value
+
+
+def _renew_loop(ref: "weakref.ref[RemoteCatalog]", stop: threading.Event, interval: float) -> None:
+    """The lease renewer of one client (a daemon thread): ``renew()`` every ``interval``
+    seconds until ``stop`` is set, the client is gone or it holds nothing any more."""
+    failing = False
+    while not stop.wait(interval):
+        cat = ref()
+        if cat is None:
+            return
+        try:
+            with cat._held_lock:
+                if not cat._held or stop.is_set():  # _hold starts a new renewer if needed
+                    if cat._renewer is threading.current_thread():
+                        cat._renewer = None
+                    return
+            cat.renew()
+            if failing:
+                log.warning("catalog %s: lease renewals work again", cat.url)
+            failing = False
+        except Exception as e:  # noqa: BLE001 - keep trying: the server may come back
+            if not failing:
+                log.warning("catalog %s: could not renew leases: %s", cat.url, e)
+            failing = True
+        finally:
+            del cat

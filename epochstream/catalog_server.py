@@ -1,0 +1,186 @@
+"""The network catalog's server: :class:`CatalogServer`, what ``epochstream catalog serve --db
+PATH --bind tcp://HOST:PORT`` runs.
+
+One thread owns the embedded :class:`~epochstream.catalog.Catalog` (the SQLite file stays the
+store) and one ZeroMQ ROUTER socket, and answers the requests one at a time, in arrival order: the
+service serialises every read and write, and each write is still the embedded catalog's
+``BEGIN IMMEDIATE`` transaction (other processes may keep opening the file directly). Messages:
+:mod:`epochstream.catalog_rpc`; the client: :mod:`epochstream.catalog_client`.
+
+Bad input never stops the service: a body that is not msgpack, not a map, names an operation
+outside :data:`~epochstream.catalog_rpc.OPS` (a private method such as ``_connect`` or
+``__class__`` included), carries arguments of the wrong types or too many of them gets an
+``{"error": ...}`` reply (a :class:`~epochstream.errors.CatalogError` naming the problem, or
+what the embedded catalog raised), and the next request is served as usual. A message larger
+than :data:`~epochstream.catalog_rpc.MAX_REQUEST_BYTES` closes that client's connection (libzmq's
+``MAXMSGSIZE``). Nothing received is ever unpickled or evaluated. A request never waits on the
+server: ``lookup``'s ``wait`` is done by the client, polling.
+
+There is no authentication: bind to an interface only trusted hosts reach (the default is
+``tcp://127.0.0.1:7420``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+import zmq
+
+from . import catalog_rpc as rpc
+from .catalog import Catalog, is_catalog_url
+from .catalog_liveness import HOST
+from .catalog_schema import SCHEMA_VERSION
+from .errors import CatalogError
+
+__all__ = ["CatalogServer", "DEFAULT_BIND", "DEFAULT_PORT"]
+
+log = logging.getLogger("epochstream.catalog")
+
+DEFAULT_PORT = 7420
+DEFAULT_BIND = f"tcp://127.0.0.1:{DEFAULT_PORT}"
+_POLL_MS = 100  # how often the loop looks at its stop flag
+
+
+class CatalogServer:
+    """Serves the catalog file ``db`` (a path as :class:`~epochstream.catalog.Catalog` takes
+    it, or an embedded ``Catalog``; ``None``: the default catalog, which must then not be a
+    URL) on ``bind`` (a ZeroMQ
+    endpoint, ``"tcp://HOST:PORT"``, ``*`` for a free port).
+
+    The socket is bound and the file opened (created, migrated) by the constructor, so errors
+    surface there: :class:`~epochstream.errors.CatalogError` for the file, ``zmq.ZMQError`` for
+    the address. :attr:`endpoint` is the bound address with the port resolved. :meth:`start`
+    serves in a background thread, :meth:`serve_forever` in the calling one; :meth:`stop` (or
+    leaving a ``with`` block) ends it and closes the socket. :attr:`stats`: ``requests``
+    answered and ``errors`` among them."""
+
+    def __init__(self, db: Any = None, bind: str = DEFAULT_BIND, *,
+                 context: zmq.Context | None = None):
+        if is_catalog_url(os.environ.get("EPOCHSTREAM_CATALOG") if db is None else str(
+                getattr(db, "path", db))):
+            raise CatalogError("the catalog server needs a catalog file (--db PATH), not a "
+                               "network catalog's URL")
+        self.catalog = db if isinstance(db, Catalog) else Catalog(db)
+        self._sock = (context or zmq.Context.instance()).socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, rpc.MAX_REQUEST_BYTES)
+        self._sock.setsockopt(zmq.SNDHWM, 10_000)
+        self._sock.setsockopt(zmq.RCVHWM, 10_000)
+        try:
+            self._sock.bind(bind)
+        except zmq.ZMQError:
+            self._sock.close(0)
+            raise
+        self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.stats = {"requests": 0, "errors": 0}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._info = {"db": str(self.catalog.path), "host": HOST, "pid": os.getpid(),
+                      "schema": SCHEMA_VERSION, "version": _version()}
+
+    def __repr__(self) -> str:
+        return f"CatalogServer({str(self.catalog.path)!r}, {self.endpoint!r})"
+
+    # ---- running
+
+    def start(self) -> "CatalogServer":
+        """Serve in a daemon thread; returns ``self``."""
+        if self._thread is not None:
+            raise RuntimeError("the catalog server is already running")
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True,
+                                        name="epochstream-catalog-server")
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Answer requests until :meth:`stop`; then close the socket."""
+        sock = self._sock
+        try:
+            while not self._stop.is_set():
+                if not sock.poll(_POLL_MS):
+                    continue
+                for _ in range(1000):  # a batch, then a look at the stop flag
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    reply = self.handle(frames)
+                    if reply is None:
+                        continue
+                    try:
+                        sock.send_multipart(reply, zmq.NOBLOCK)
+                    except zmq.ZMQError as e:  # the client is gone or not reading
+                        log.debug("catalog server: reply dropped: %s", e)
+        finally:
+            sock.close(0)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End serving (within about 0.1 s) and close the socket."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def __enter__(self) -> "CatalogServer":
+        if self._thread is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ---- one request
+
+    def handle(self, frames: list) -> list | None:
+        """The reply frames to one received message ``[identity, *envelope, body]``
+        (``None``: nothing to answer). Never raises."""
+        if len(frames) < 2:
+            return None
+        identity, envelope, body = frames[0], frames[1:-1], frames[-1]
+        if len(envelope) > rpc.MAX_ENVELOPE_FRAMES or \
+                any(len(f) > rpc.MAX_ENVELOPE_BYTES for f in envelope):
+            envelope = []  # cannot be echoed safely; the error still goes to that client
+            reply: dict = rpc.error_reply(CatalogError(
+                f"a catalog request is [request id, body] (at most "
+                f"{rpc.MAX_ENVELOPE_FRAMES} envelope frames of {rpc.MAX_ENVELOPE_BYTES} bytes)"))
+        else:
+            reply = self._answer(body)
+        self.stats["requests"] += 1
+        if "error" in reply:
+            self.stats["errors"] += 1
+        try:
+            data = rpc.encode(reply)
+        except Exception as e:  # noqa: BLE001 - a result that cannot be sent
+            self.stats["errors"] += 1
+            data = rpc.encode(rpc.error_reply(CatalogError(f"cannot send the result: {e}")))
+        return [identity, *envelope, data]
+
+    def _answer(self, body: bytes) -> dict:
+        try:
+            try:
+                req = rpc.decode(body, strict=True)
+            except Exception as e:  # noqa: BLE001 - not msgpack, a bad extension, ...
+                raise CatalogError(f"a catalog request must be a msgpack map: {type(e).__name__}: "
+                                   f"{e}"[:500]) from None
+            op, args, kwargs = rpc.check_request(req)
+            return {"ok": self._run(op, args, kwargs)}
+        except Exception as e:  # noqa: BLE001 - every failure is the client's to hear about
+            log.debug("catalog request failed: %r", e)
+            return rpc.error_reply(e)
+
+    def _run(self, op: str, args: list, kwargs: dict) -> Any:
+        if op == "hello":
+            return dict(self._info)
+        if op == "lookup":  # never wait here: the client polls (module docstring)
+            kwargs.pop("wait", None)
+            if len(args) > 1:
+                args = args[:1]
+        method = getattr(self.catalog, op)  # op is one of rpc.OPS: a public Catalog method
+        return method(*args, **kwargs)
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
