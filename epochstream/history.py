@@ -80,6 +80,10 @@ class History:
         self.codec = wire.codec(info.codec)
         self.partitions = info.partitions
         self._remote: dict[int, RemoteLog] = {}
+        #: ``{partition: endpoint}`` of publishers known to serve this topic (a subscriber's own
+        #: connections): asked for a partition whose log is not readable here and which the
+        #: catalog no longer lists as live (its publisher closed, and may still linger)
+        self.endpoints: dict[int, str] = {}
 
     def close(self) -> None:
         """Close the connections to publishers that served reads (reading again reopens)."""
@@ -211,11 +215,15 @@ class History:
                 out[p] = ("disk", state.dir)
             elif pinfo is not None and pinfo.state == "live":
                 out[p] = ("publisher", pinfo.endpoint)
+            elif p in self.endpoints:
+                out[p] = ("publisher", self.endpoints[p])
             else:
+                where = (f"in {state.dir}, which does not exist here" if host in (None, HOST)
+                         else f"in {state.dir} on host {host!r}, which this process cannot read")
                 raise HistoryUnavailable(
-                    f"topic {self.topic!r}: the epoch log of partition {p} is in {state.dir} on "
-                    f"host {host!r}, which this process cannot read, and no live publisher "
-                    f"serves it (partition state: {getattr(pinfo, 'state', 'unregistered')})")
+                    f"topic {self.topic!r}: the epoch log of partition {p} is {where}, and no "
+                    f"live publisher serves it (partition state: "
+                    f"{getattr(pinfo, 'state', 'unregistered')})")
         return out
 
     def _remote_log(self, partition: int, endpoint: str) -> RemoteLog:

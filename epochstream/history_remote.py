@@ -5,9 +5,11 @@
 
 :class:`RemoteLog` keeps one DEALER connection to the publisher's endpoint and at most
 ``window`` reads outstanding (pipelined: a read costs one round trip only once per window).
-Every answer is matched to its request by ``req``; an answer to an abandoned request is
-dropped. A ``busy`` answer is asked again after a short pause. No answer within ``timeout``
-seconds (the publisher died, or the endpoint is someone else's) raises
+Every answer is matched to its request by ``req``, across every :meth:`RemoteLog.read` in
+progress on the connection (two iterations of one ``History`` may interleave); an answer to an
+abandoned request is dropped. A ``busy`` answer is asked again after a short pause. An epoch
+not served within ``timeout`` seconds of being waited for (the publisher died, the endpoint is
+someone else's, or it answers only ``busy`` or stale answers) raises
 :class:`~epochstream.errors.HistoryUnavailable` — never a hang.
 """
 
@@ -46,6 +48,11 @@ class RemoteLog:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.connect(endpoint)
         self._reqs = itertools.count()
+        self._received = 0  # R answers received on this connection (mod 2**31), sent in each r
+        # shared by every read() in progress: req -> time asked, and req -> the answer (payloads,
+        # or the exception to raise) received but not yet handed out by its read()
+        self._wanted: dict[int, Any] = {}
+        self._answers: dict[int, Any] = {}
 
     def read(self, times: Iterable[Any]) -> Iterator[tuple[Any, list]]:
         """Yield ``(time, [payload, ...])`` for each time of ``times`` (complete epochs of this
@@ -55,37 +62,49 @@ class RemoteLog:
         answer within ``timeout``; ``retained`` set when the publisher said), or
         :class:`HistoryCorrupt` (the publisher found the epoch's bytes failing their checks)."""
         todo = iter(times)
-        inflight: dict[int, Any] = {}  # req -> time, in the order asked
-        order: list[int] = []
-        done: dict[int, list] = {}
+        mine: list[int] = []  # this read's reqs, in the order asked
+        wanted, answers = self._wanted, self._answers
         exhausted = False
-        while True:
-            while not exhausted and len(inflight) < self.window:
-                t = next(todo, _END)
-                if t is _END:
-                    exhausted = True
-                    break
-                req = self._ask(t)
-                inflight[req] = t
-                order.append(req)
-            if not order:
-                return
-            head = order[0]
-            while head not in done:
-                self._receive(inflight, done)
-            order.pop(0)
-            yield inflight.pop(head), done.pop(head)
+        try:
+            while True:
+                while not exhausted and len(mine) < self.window:
+                    t = next(todo, _END)
+                    if t is _END:
+                        exhausted = True
+                        break
+                    req = self._ask(t)
+                    wanted[req] = t
+                    mine.append(req)
+                if not mine:
+                    return
+                head = mine[0]
+                deadline = _time.monotonic() + self.timeout  # busy or stale answers do not
+                while head not in answers:                    # move it
+                    self._receive(deadline)
+                mine.pop(0)
+                t, got = wanted.pop(head), answers.pop(head)
+                if isinstance(got, Exception):
+                    raise got
+                yield t, got
+        finally:  # abandoned (or failed): later answers to these reqs are dropped
+            for req in mine:
+                wanted.pop(req, None)
+                answers.pop(req, None)
 
     def _ask(self, t, req: int | None = None) -> int:
         if req is None:
             req = next(self._reqs) % (1 << 31)
         self._sock.send_multipart(wire.encode_control(
             wire.READ, topic=self.topic, partition=self.partition, req=req,
+            received=self._received,
             time=list(t) if isinstance(t, tuple) else t))
         return req
 
-    def _receive(self, inflight: dict, done: dict) -> None:
-        if not self._sock.poll(int(self.timeout * 1000)):
+    def _receive(self, deadline: float) -> None:
+        """Receive one answer (waiting until ``deadline`` at most) and file it."""
+        inflight, done = self._wanted, self._answers
+        left = deadline - _time.monotonic()
+        if left <= 0 or not self._sock.poll(max(1, int(left * 1000))):
             raise HistoryUnavailable(
                 f"topic {self.topic!r} partition {self.partition}: the publisher at "
                 f"{self.endpoint} did not answer a history read within {self.timeout:g} s")
@@ -98,7 +117,7 @@ class RemoteLog:
                                      f"{e}") from None
         if isinstance(answer, wire.Notice):
             req = answer.extra.get("req")
-            if req not in inflight:
+            if type(req) is not int or req not in inflight:
                 if answer.code != "history":  # e.g. X error: a publisher of an older version
                     raise HistoryUnavailable(
                         f"topic {self.topic!r} partition {self.partition}: the publisher at "
@@ -109,15 +128,18 @@ class RemoteLog:
                 _time.sleep(BUSY_PAUSE)
                 self._ask(inflight[req], req)
                 return
-            if reason == "corrupt":
-                raise HistoryCorrupt(f"topic {self.topic!r} partition {self.partition} (read "
-                                     f"through {self.endpoint}): {answer.message}")
+            if reason == "corrupt":  # raised by the read() that asked, when it gets there
+                done[req] = HistoryCorrupt(f"topic {self.topic!r} partition {self.partition} "
+                                           f"(read through {self.endpoint}): {answer.message}")
+                return
             retained = answer.extra.get("retained")
-            raise HistoryUnavailable(
+            done[req] = HistoryUnavailable(
                 f"topic {self.topic!r}: {answer.message}",
                 retained=tuple(_times(retained)) if isinstance(retained, (list, tuple)) else None)
+            return
         req, _t, payloads = answer
-        if req in inflight:
+        self._received = (self._received + 1) % (1 << 31)
+        if req in inflight and req not in done:
             done[req] = [memoryview(p) if isinstance(p, zmq.Frame) else p for p in payloads]
 
     def close(self) -> None:

@@ -15,7 +15,12 @@ request over (:meth:`HistoryServer.submit`), the reader thread looks the epoch u
 woken (:meth:`HistoryServer.drain`) — live publishing goes on meanwhile. Memory is bounded: at
 most ``max_pending`` reads (32) are queued or answered-but-unsent at a time, at most
 ``per_peer`` (8) for one connection; beyond them a request is answered ``busy`` at once (the
-client waits and asks again). One reply holds one epoch of one partition.
+client waits and asks again). A reader's ``r`` says how many ``R`` answers it has received on
+its connection (``received``): answers sent but not yet received (in its pipe, or on the way)
+count against its 8 too, so a reader that stops reading makes the publisher hold at most 8
+epochs for it, not a pipe's worth (``sndhwm``). One reply holds one epoch of one partition. A reply that finds its
+connection's pipe full (``sndhwm``) is kept, still counted, and sent again a moment later; one
+whose connection is gone is dropped.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import collections
 import logging
 import queue
 import threading
+import time as _time
 from typing import Any, Callable
 
 import zmq
@@ -33,7 +39,7 @@ from ..epochlog import read_epoch
 from ..errors import HistoryCorrupt, ProtocolError
 from ..frontier import Antichain
 from ..order import check_time
-from .sockets import inproc_pair
+from .sockets import FULL, inproc_pair
 
 __all__ = ["HistoryServer", "MAX_PENDING", "PER_PEER"]
 
@@ -43,6 +49,11 @@ MAX_PENDING = 32
 """Reads queued or answered-but-unsent at one time, over all connections."""
 PER_PEER = 8
 """Reads one connection may have outstanding (its client's window is at most this)."""
+RETRY_S = 0.005
+"""Seconds before replies that found their connection's pipe full are sent again."""
+_RETRY = object()  # a request-queue item: wake the loop again in RETRY_S (replies are held)
+_WRAP = 1 << 31  # the ``received`` count of an ``r`` and the server's sent count wrap here
+_MAX_CONNECTIONS = 10_000  # sent counts kept (the oldest is forgotten, then re-synced)
 
 
 class HistoryServer:
@@ -62,6 +73,8 @@ class HistoryServer:
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._replies: collections.deque = collections.deque()
         self._outstanding: dict[bytes, int] = {}  # loop thread only
+        self._sent: dict[bytes, int] = {}  # R answers sent per connection (mod 2**31; loop only)
+        self._retrying = False  # a _RETRY is queued (set by the loop, cleared by the reader)
         # the publisher's stats: "history_reads" (reader thread), "history_refused" (loop)
         self.stats = collections.Counter() if stats is None else stats
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -84,13 +97,18 @@ class HistoryServer:
         except (ProtocolError, TypeError, ValueError) as e:
             return wire.encode_notice("history", f"bad time: {e}", req=req, reason="error")
         pending = sum(self._outstanding.values())
-        mine = self._outstanding.get(ident, 0)
+        queued = mine = self._outstanding.get(ident, 0)
+        received = header["received"]  # epochs sent to it not received yet: still in its pipe
+        sent = self._sent.setdefault(ident, received)  # first seen (or forgotten): in sync
+        if len(self._sent) > _MAX_CONNECTIONS:
+            self._sent.pop(next(iter(self._sent)))
+        mine += (sent - received) % _WRAP
         if pending >= self.max_pending or mine >= self.per_peer:
             self.stats["history_refused"] += 1
             return wire.encode_notice(
                 "history", f"publisher busy serving history ({pending} reads outstanding); "
                            f"ask again", req=req, reason="busy")
-        self._outstanding[ident] = mine + 1
+        self._outstanding[ident] = queued + 1
         self._requests.put((ident, req, t))
         return None
 
@@ -102,14 +120,26 @@ class HistoryServer:
             except zmq.Again:
                 break
         replies = self._replies
+        held: list = []
+        full: set = set()
         while replies:
             ident, frames = replies.popleft()
-            left = self._outstanding.get(ident, 1) - 1
+            if ident in full or transmit(ident, frames) == FULL:
+                full.add(ident)  # its pipe is full: keep the reply (still counted), retry
+                held.append((ident, frames))
+                continue
+            if frames[0] == wire.HISTORY and ident in self._sent:
+                self._sent[ident] = (self._sent[ident] + 1) % _WRAP
+            left = self._outstanding.get(ident, 1) - 1  # sent, or the connection is gone
             if left > 0:
                 self._outstanding[ident] = left
             else:
                 self._outstanding.pop(ident, None)
-            transmit(ident, frames)
+        if held:
+            replies.extendleft(reversed(held))
+            if not self._retrying:
+                self._retrying = True
+                self._requests.put(_RETRY)
 
     def close(self) -> None:
         """Stop the reader thread (a read in progress finishes) and close the wake-up pipe."""
@@ -124,6 +154,11 @@ class HistoryServer:
             item = self._requests.get()
             if item is None:
                 return
+            if item is _RETRY:  # replies wait for a full pipe: wake the loop again shortly
+                _time.sleep(RETRY_S)
+                self._retrying = False
+                self._wake()
+                continue
             ident, req, t = item
             try:
                 frames = self._read(req, t)
@@ -132,10 +167,13 @@ class HistoryServer:
                 frames = wire.encode_notice("history", f"history read failed: {exc!r}",
                                             req=req, reason="error")
             self._replies.append((ident, frames))
-            try:
-                self._kick.send(b"K", zmq.NOBLOCK)
-            except zmq.Again:  # the loop has a wake-up waiting already
-                pass
+            self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._kick.send(b"K", zmq.NOBLOCK)
+        except zmq.Again:  # the loop has a wake-up waiting already
+            pass
 
     def _read(self, req: int, t) -> list:
         self.stats["history_reads"] += 1

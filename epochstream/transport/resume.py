@@ -88,6 +88,7 @@ class Resume:
         if self._history is None:
             from ..history import History
             self._history = History(self.topic, self._catalog)
+        self._history.endpoints = dict(getattr(self, "_endpoints", {}))  # this join's publishers
         return self._history
 
     def _earliest(self) -> tuple:
@@ -194,7 +195,7 @@ class Resume:
             try:
                 item = next(epochs, None)
             except HistoryUnavailable as e:  # retention deleted it while we caught up
-                if self.durable is None:
+                if self.durable is None or e.retained is None:  # (not: the publisher is gone)
                     raise
                 raise SubscriptionExpired(
                     f"durable subscription {self.durable!r}: {e}", name=self.durable,
@@ -203,6 +204,10 @@ class Resume:
                 return
             t, recs, payloads = item
             chunks = [decode(p) for _, p in payloads]
+            if self._program is not None:
+                chunks = [c for c in (self._recheck(t, c) for c in chunks) if c is not None]
+                if not chunks:
+                    continue
             yield Epoch(t, combine(chunks), len(chunks), sum(r.nbytes for r in recs),
                         max(r.completed_at for r in recs), now)
 

@@ -14,6 +14,16 @@ history (kill -9, RLIMIT_FSIZE, read-only directories, two holders of a durable 
         "sent N" and hang. Otherwise ``--end close`` (default: close, print "closed"; with
         ``--pause-end`` first print "paused end" and wait for a stdin line) or ``hang``. A HistoryWriteError prints "HistoryWriteError <call> <t>" and the process
         exits (code 3; the interpreter waits until the publisher delivered its abort).
+        Remote history (tests/history/test_remote_history.py): ``--partition P --partitions N``
+        (each record then ends with P if ``--tag-partition``); ``--order product(2)``: step t
+        sends at the times (t, 0) .. (t, K-1) (``--inner K``, default 2) the messages above, of
+        ``records([t, j], ...)``, then advance_to((t + 1, 0)); ``--no-retention``;
+        ``--interval S`` / ``--msg-interval S``: sleep after each epoch / each message;
+        ``--heartbeat S`` (default 0.2), ``--sndhwm N``, ``--max-queue-messages N``;
+        ``--stats``: while paused, a stdin line "stats" prints "stats <json>" (pub.stats and
+        the history server's high-water marks: reads outstanding in all and per connection,
+        replies waiting, requests queued) and waits on; "stats <json>" is printed before
+        "closed" too.
     python tests/history/history_peer.py durable CATALOG TOPIC NAME [options]
         Subscriber(TOPIC, CATALOG, durable=NAME, start=--start, takeover=--takeover); prints
         "held <position json>" (or "SubscriptionHeld" / "SubscriptionExpired" and exits 2),
@@ -40,15 +50,59 @@ from epochstream.epochlog import segment_path
 from epochstream.errors import HistoryWriteError, SubscriptionExpired, SubscriptionHeld
 
 
-def records(t: int, m: int, recs: int, pad: int = 0) -> list:
-    """The records of message ``m`` of epoch ``t`` (tests rebuild them to compare)."""
+def records(t: int, m: int, recs: int, pad: int = 0, part: int | None = None) -> list:
+    """The records of message ``m`` of epoch ``t`` (tests rebuild them to compare); ``part``:
+    a partition tag appended to each record (``--tag-partition``)."""
     s = "x" * pad
+    if part is not None:
+        return [[t, m, i, s, part] for i in range(recs)]
     return [[t, m, i, s] for i in range(recs)]
 
 
-def epoch_records(t: int, msgs: int, recs: int, pad: int = 0) -> list:
+def epoch_records(t: int, msgs: int, recs: int, pad: int = 0, part: int | None = None) -> list:
     """Every record of epoch ``t``, in the order sent."""
-    return [r for m in range(msgs) for r in records(t, m, recs, pad)]
+    return [r for m in range(msgs) for r in records(t, m, recs, pad, part)]
+
+
+def peer_times(order: str, t: int, inner: int = 2) -> list:
+    """The times the publisher sends at in step ``t`` of its loop (``--order``, ``--inner``)."""
+    return [t] if order == "total" else [(t, j) for j in range(inner)]
+
+
+class _Watch:
+    """``--stats``: samples the publisher's history server every millisecond and keeps the
+    high-water marks of its queues (reads outstanding over all connections and for one
+    connection, replies waiting, requests queued)."""
+
+    def __init__(self, pub):
+        import threading
+        self.pub, self.high = pub, {"outstanding": 0, "per_peer": 0, "replies": 0, "queued": 0}
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            server = getattr(getattr(self.pub, "_loop", None), "_history", None)
+            if server is not None:
+                out = dict(server._outstanding)
+                now = {"outstanding": sum(out.values()), "per_peer": max(out.values(), default=0),
+                       "replies": len(server._replies), "queued": server._requests.qsize()}
+                for k, v in now.items():
+                    self.high[k] = max(self.high[k], v)
+            time.sleep(0.001)
+
+    def line(self) -> str:
+        stats = {k: v for k, v in self.pub.stats.items() if isinstance(v, int)}
+        return "stats " + json.dumps({**stats, "high": self.high})
+
+
+def _wait_line(watch) -> None:
+    """Wait for a stdin line; with ``--stats`` a "stats" line is answered and waited past."""
+    while True:
+        line = sys.stdin.readline()
+        if watch is not None and line.strip() == "stats":
+            print(watch.line(), flush=True)
+            continue
+        return
 
 
 def digest(recs) -> int:
@@ -63,22 +117,30 @@ def _hang():
 
 def publish(a) -> None:
     cat = Catalog(a.catalog)
-    ret = Retention(dir=a.dir, segment_bytes=a.segment_bytes, max_epochs=a.max_epochs,
-                    max_bytes=None, max_age=None)
+    ret = None if a.no_retention else Retention(
+        dir=a.dir, segment_bytes=a.segment_bytes, max_epochs=a.max_epochs, max_bytes=None,
+        max_age=None)
     # coalesce_bytes=0: every send is one message and one log record (the faults test flips
     # bits in a chosen record of an epoch)
-    pub = Publisher(a.topic, 0, catalog=cat, retention=ret, heartbeat_interval=0.2,
-                    coalesce_bytes=0)
+    extra = {k: v for k, v in (("sndhwm", a.sndhwm), ("max_queue_messages", a.max_queue_messages))
+             if v is not None}
+    pub = Publisher(a.topic, a.partition, catalog=cat, retention=ret,
+                    heartbeat_interval=a.heartbeat, coalesce_bytes=0, order=a.order,
+                    partitions=a.partitions, **extra)
+    watch = _Watch(pub) if a.stats else None
+    part = a.partition if a.tag_partition else None
     print("ready", pub.incarnation, json.dumps(list(pub.lower)), json.dumps(list(pub.upper)),
           flush=True)
     first = pub.lower[0] if a.resume else a.first
+    if isinstance(first, (list, tuple)):  # a product order resumed: its first component
+        first = first[0]
     t = first
     call = "send"
     try:
         for t in range(first, a.last):
             if t in a.pause_at:
                 print("paused", t, flush=True)
-                sys.stdin.readline()
+                _wait_line(watch)
             if t == a.fsize_at:
                 st = cat.history_state(a.topic, 0)  # after an advance: all of it on disk
                 limit = os.path.getsize(segment_path(st.dir, st.segment)) + a.fsize_slack
@@ -87,12 +149,18 @@ def publish(a) -> None:
                 print("limited", limit, flush=True)
             call = "send"
             pad = a.pad if a.pad_from is None or t < a.pad_from else a.pad2
-            for m in range(a.msgs):
-                pub.send(t, records(t, m, a.recs, pad))
+            for time_ in peer_times(a.order, t, a.inner):
+                label = list(time_) if isinstance(time_, tuple) else time_
+                for m in range(a.msgs):
+                    pub.send(time_, records(label, m, a.recs, pad, part))
+                    if a.msg_interval:
+                        time.sleep(a.msg_interval)
             call = "advance_to"
-            pub.advance_to(t + 1)
+            pub.advance_to(t + 1 if a.order == "total" else (t + 1, 0))
             pub.flush()
             print("epoch", t, flush=True)
+            if a.interval:
+                time.sleep(a.interval)
         if a.open_msgs:
             t = a.last
             call = "send"
@@ -106,7 +174,9 @@ def publish(a) -> None:
             _hang()
         if a.pause_end:
             print("paused end", flush=True)
-            sys.stdin.readline()
+            _wait_line(watch)
+        if watch is not None:
+            print(watch.line(), flush=True)
         call = "close"
         pub.close(linger=5, wait=True)
         print("closed", flush=True)
@@ -173,6 +243,18 @@ def main(argv) -> None:
     pp.add_argument("--open-msgs", type=int, default=0)
     pp.add_argument("--pause-end", action="store_true")
     pp.add_argument("--end", choices=("close", "hang"), default="close")
+    pp.add_argument("--partition", type=int, default=0)
+    pp.add_argument("--partitions", type=int, default=1)
+    pp.add_argument("--tag-partition", action="store_true")
+    pp.add_argument("--order", default="total")
+    pp.add_argument("--inner", type=int, default=2)
+    pp.add_argument("--no-retention", action="store_true")
+    pp.add_argument("--interval", type=float, default=0.0)
+    pp.add_argument("--msg-interval", type=float, default=0.0)
+    pp.add_argument("--heartbeat", type=float, default=0.2)
+    pp.add_argument("--sndhwm", type=int, default=None)
+    pp.add_argument("--max-queue-messages", type=int, default=None)
+    pp.add_argument("--stats", action="store_true")
     dp = sp.add_parser("durable")
     dp.add_argument("catalog")
     dp.add_argument("topic")
