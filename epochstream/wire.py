@@ -31,7 +31,7 @@ Publisher → subscriber kinds:
 Subscriber → publisher kinds (over the subscriber's DEALER):
 
 - ``h`` hello — header ``{"topic": str, "partition": int, "id": str, "credit": int (optional),
-  "credit_unit": "messages" | "epochs" (optional)}``
+  "credit_unit": "messages" | "epochs" (optional), "filter": program (optional)}``
   (``id``: the subscriber's stable id, the same on every partition and reconnection): asks for a
   snapshot and registration; with ``credit`` the publisher sends at most that many messages
   before the subscriber grants more (flow control)
@@ -40,8 +40,13 @@ Subscriber → publisher kinds (over the subscriber's DEALER):
   connection answers with its ``X lagged`` notice if it evicted that id, else ``X rejoin`` (it
   restarted, or dropped the connection)
 - ``b`` bye — header ``{}``: the subscriber leaves; the publisher frees its state
-- ``r`` read history — header ``{"topic": str, "partition": int, "req": int, "time": T}``: asks
-  for one complete epoch from the publisher's epoch log (answered by ``R`` or ``X history``).
+- ``u`` update filter — header ``{"id": int, "filter": program}``: replaces the subscriber's
+  filter program (:mod:`epochstream.filters`); answered in stream order by ``X filter`` with
+  ``id`` and ``upper`` (the publisher's upper frontier when it switched).
+- ``r`` read history — header ``{"topic": str, "partition": int, "req": int, "time": T,
+  "received": int}``: asks for one complete epoch from the publisher's epoch log
+  (answered by ``R`` or ``X history``); ``received``: the ``R`` answers this connection has
+  received so far, modulo 2**31 (answers not received yet count against its bound).
   Stateless: any connection may send it, no ``h`` first (docs/history.md, "Remote history").
 
 Control headers are type-checked where they are decoded, in :func:`decode_control`, against one
@@ -55,6 +60,9 @@ kind      field             required   type and range
 ``h``     ``id``            yes        str of at most 128 characters
 ``h``     ``credit``        no         int, 1 <= credit <= 2**31
 ``h``     ``credit_unit``   no         ``"messages"`` (default) or ``"epochs"``
+``h``     ``filter``        no         a filter program, array of 1..16 entries
+``u``     ``id``            yes        int, 0 <= id <= 2**31
+``u``     ``filter``        yes        a filter program, array of 1..16 entries
 ``p``     ``id``            yes        str of at most 128 characters
 ``c``     ``messages``      yes        int, 1 <= messages <= 2**31
 ``b``     (none)
@@ -62,13 +70,15 @@ kind      field             required   type and range
 ``r``     ``partition``     yes        int >= 0
 ``r``     ``req``           yes        int, 0 <= req <= 2**31
 ``r``     ``time``          yes        int, or an array of at most 64 ints
+``r``     ``received``      yes        int, 0 <= received <= 2**31
 ========  ================  =========  ================================
 
 "int" means a msgpack integer: ``true``/``false`` (Python ``bool``), floats and strings of
 digits are refused, and so is ``nil`` for an optional field (leave the key out instead). The
 header must be a map. Keys not in the table are **ignored** (dropped from the decoded header),
 so a newer subscriber may send fields an older publisher does not know yet (forward
-compatibility); ``filter`` is not a field yet. :func:`decode_control` returns ``(kind, header)``
+compatibility; a publisher that ignores ``filter`` sends everything, and the subscriber
+re-checks). :func:`decode_control` returns ``(kind, header)``
 where ``header`` is a ``dict`` holding exactly the known fields that were present, checked; any
 violation is a :class:`~epochstream.errors.WireError` naming kind and field, e.g.
 ``hello.partition must be an int >= 0, got 'x'``.
@@ -93,7 +103,7 @@ from .errors import WireError
 from .events import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
 
 __all__ = ["VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HELLO", "PING", "BYE",
-           "CREDIT", "READ", "HISTORY", "encode_history", "decode_history",
+           "CREDIT", "READ", "HISTORY", "UPDATE", "encode_history", "decode_history",
            "Heartbeat", "Notice", "encode_snapshot", "encode_data", "encode_frontier",
            "encode_heartbeat", "encode_notice", "encode_control", "decode", "decode_control",
            "decode_time", "codec", "CODECS", "MsgpackCodec", "ArrowCodec", "CONTROL_SCHEMAS",
@@ -112,9 +122,10 @@ BYE = b"b" + _V
 CREDIT = b"c" + _V
 READ = b"r" + _V
 HISTORY = b"R" + _V
+UPDATE = b"u" + _V
 
 _PUB_KINDS = {SNAPSHOT, DATA, FRONTIER, HEARTBEAT, NOTICE}
-_SUB_KINDS = {HELLO, PING, BYE, CREDIT, READ}
+_SUB_KINDS = {HELLO, PING, BYE, CREDIT, READ, UPDATE}
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -160,6 +171,12 @@ def _is_req(v) -> bool:
     return type(v) is int and 0 <= v <= MAX_COUNT
 
 
+def _is_program(v) -> bool:
+    """A filter program's outer shape: an array of 1..16 entries (each entry is checked by
+    :meth:`epochstream.filters.Program.from_wire` on the publisher, which knows the order)."""
+    return type(v) is tuple and 1 <= len(v) <= 16
+
+
 def _is_time(v) -> bool:
     """A time on the wire: an int, or an array of at most 64 ints (product orders). Whether it
     fits the topic's order is checked by the receiver."""
@@ -183,15 +200,21 @@ CONTROL_SCHEMAS: dict[bytes, tuple[str, tuple[ControlField, ...]]] = {
                       ControlField("id", True, _is_id, _ID),
                       ControlField("credit", False, _is_count, _COUNT),
                       ControlField("credit_unit", False, _is_credit_unit,
-                                   '"messages" or "epochs"'))),
+                                   '"messages" or "epochs"'),
+                      ControlField("filter", False, _is_program,
+                                   "a filter program: an array of 1..16 [boundary, filter]"))),
     PING: ("ping", (ControlField("id", True, _is_id, _ID),)),
     CREDIT: ("credit", (ControlField("messages", True, _is_count, _COUNT),)),
     BYE: ("bye", ()),
+    UPDATE: ("update", (ControlField("id", True, _is_req, "an int, 0 <= id <= 2**31"),
+                        ControlField("filter", True, _is_program,
+                                     "a filter program: an array of 1..16 [boundary, filter]"))),
     READ: ("read", (ControlField("topic", True, _is_str, "a str"),
                     ControlField("partition", True, _is_index, "an int >= 0"),
                     ControlField("req", True, _is_req, "an int, 0 <= req <= 2**31"),
                     ControlField("time", True, _is_time,
-                                 "an int or an array of at most 64 ints"))),
+                                 "an int or an array of at most 64 ints"),
+                    ControlField("received", True, _is_req, "an int, 0 <= received <= 2**31"))),
 }
 
 

@@ -196,7 +196,7 @@ def test_control_header_that_is_not_a_map_is_refused(kind, header):
 
 @pytest.mark.parametrize("kind", list(VALID), ids=list(NAMES.values()))
 def test_unknown_control_keys_are_ignored_and_dropped(kind):
-    header = dict(VALID[kind], filter=[[1, 2]], future={"x": None}, **{"": 0})
+    header = dict(VALID[kind], filters=[[1, 2]], future={"x": None}, **{"": 0})
     raw = msgpack.packb({**header, 7: "seven", b"id": 1})  # non-str keys: msgpack allows them
     got_kind, got = wire.decode_control([kind, raw])
     assert got_kind == kind and got == VALID[kind] and type(got) is dict

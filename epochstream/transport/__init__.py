@@ -14,7 +14,9 @@ Modules, one concept each:
 - :mod:`~epochstream.transport.liveness` — pure liveness policy of a subscriber: pings,
   suspects, lost partitions, awaited successors;
 - :mod:`~epochstream.transport.handoff` — caller threads → loop thread, with back-pressure;
-- :mod:`~epochstream.transport.sockets` — every socket and its options.
+- :mod:`~epochstream.transport.sockets` — every socket and its options;
+- :mod:`~epochstream.transport.relay` — :class:`Relay`: one subscription upstream, a publisher
+  of the tier ``topic@tier`` downstream.
 
 No silent drops: the ROUTER has ``ROUTER_MANDATORY`` set and sends without blocking; when a
 subscriber's pipe is full (``sndhwm`` messages) further messages wait in that subscriber's
@@ -26,5 +28,6 @@ back. Other subscribers are not slowed down. See docs/protocol.md for the full s
 from ..events import Gap
 from .publisher import Publisher
 from .subscriber import Subscriber
+from .relay import Relay
 
-__all__ = ["Publisher", "Subscriber", "Gap"]
+__all__ = ["Publisher", "Subscriber", "Gap", "Relay"]

@@ -33,6 +33,8 @@ __all__ = ["Peer", "Fanout", "Transmit", "frames_nbytes"]
 
 #: frame 0 of a frontier update (``F``): what spends a peer's credit counted in epochs
 FRONTIER_KIND = b"F\x01"
+#: frame 0 of the messages that spend credit counted in messages (``D``, ``F``)
+_CREDITED = frozenset((b"D\x01", FRONTIER_KIND))
 
 Transmit = Callable[[bytes, list], int]
 
@@ -52,7 +54,7 @@ class Peer:
     subscriber is sent at most that many frontier advances ahead, whatever their size."""
 
     __slots__ = ("ident", "sub_id", "credit", "backlog", "backlog_bytes", "evicted", "notice",
-                 "stalled_since", "epochs")
+                 "stalled_since", "epochs", "interest")
 
     def __init__(self, ident: bytes, credit: int | None = None, sub_id: str | None = None,
                  epochs: bool = False):
@@ -65,6 +67,7 @@ class Peer:
         self.evicted = False
         self.notice: list | None = None  # frames to send once the backlog is out
         self.stalled_since: float | None = None  # backlog full (holding the producer back) since
+        self.interest = None  # what it wants (transport/interest.py), None: everything
 
     def full(self, max_messages: int, max_bytes: int) -> bool:
         """True when the backlog reached either bound."""
@@ -124,14 +127,25 @@ class Fanout:
         return True
 
     # -- the stream ------------------------------------------------------------------------
-    def broadcast(self, frames: list, transmit: Transmit, now: float, counted: bool = True) -> None:
+    def broadcast(self, frames: list, transmit: Transmit, now: float, counted: bool = True,
+                  variant: Callable | None = None) -> None:
         """Send ``frames`` to every peer in stream order. ``counted``: a ``D``/``F`` message
         (spends credit, waits in the backlog when it cannot go now); heartbeats
-        (``counted=False``) skip peers with a backlog and spend no credit."""
+        (``counted=False``) skip peers with a backlog and spend no credit. ``variant(peer)``
+        (data filtered at the source): for a peer with an ``interest``, the frames to send it
+        instead, or ``None`` to send it nothing of this message."""
         gone = None
+        all_frames = frames
         for peer in self.peers.values():
             if peer.evicted:
                 continue
+            if variant is not None:
+                if peer.interest is not None:
+                    frames = variant(peer)
+                    if frames is None:
+                        continue
+                else:
+                    frames = all_frames
             if peer.backlog and self._drain(peer, transmit):
                 (gone := gone or []).append(peer.ident)
                 continue
@@ -151,6 +165,16 @@ class Fanout:
             for ident in gone:
                 self.peers.pop(ident, None)
                 self.stats["subscribers_lost"] += 1
+
+    def post(self, ident: bytes, frames: list, transmit: Transmit, now: float) -> None:
+        """Send a notice to one peer in stream order (behind its backlog), spending no credit."""
+        peer = self.peers.get(ident)
+        if peer is None or peer.evicted:
+            return
+        if not peer.backlog and transmit(ident, frames) == SENT:
+            return
+        peer.backlog.append(frames)
+        peer.backlog_bytes += frames_nbytes(frames)
 
     def _queue(self, peer: Peer, frames: list, now: float) -> None:
         peer.backlog.append(frames)
@@ -193,7 +217,8 @@ class Fanout:
                 return status == GONE
             peer.backlog.popleft()
             peer.backlog_bytes -= frames_nbytes(frames)
-            if peer.credit is not None and (not peer.epochs or frames[0] == FRONTIER_KIND):
+            if peer.credit is not None and (frames[0] == FRONTIER_KIND if peer.epochs
+                                            else frames[0] in _CREDITED):
                 peer.credit -= 1
         if peer.notice is not None:
             status = transmit(peer.ident, peer.notice)

@@ -16,12 +16,15 @@ import zmq
 
 from .. import wire
 from ..errors import HistoryWriteError
+from ..filters import FilterError, Program, union_arrow, union_records
+from ..order import check_time
 from ..events import InitialFrontierSnapshot
 from ..frontier import Antichain, apply_changes
 from ..order import dual
 from .fanout import Fanout
 from .handoff import Handoff
 from .history_server import HistoryServer
+from .interest import ALL, Interest, sent_filter
 from .sockets import SENT, transmit_to
 
 __all__ = ["PublisherLoop", "DATA", "FRONTIER", "SYNC", "ABORT", "STOP"]
@@ -76,6 +79,11 @@ class PublisherLoop:
         # remote history reads (``r``) are served by a reader thread; None without a log
         self._history: HistoryServer | None = None
         self._ctx = p._ctx
+        # filtering at the source (docs/filters.md): the topic's key, the bound on distinct
+        # programs, and whether some peer has an Interest (then data goes through _variant)
+        self.key = getattr(p, "key", None)
+        self.max_filter_classes = getattr(p, "max_filter_classes", 32)
+        self._filtering = False
 
     def run(self) -> None:
         """The thread's body: serve until stopped; a failure is kept in :attr:`error`."""
@@ -180,7 +188,10 @@ class PublisherLoop:
                     continue
                 if len(fanout.peers) > 1 and len(frames[2]) >= SHARE_FRAME_BYTES:
                     frames = [frames[0], frames[1], zmq.Frame(frames[2])]
-                fanout.broadcast(frames, transmit, now)
+                if self._filtering:
+                    self._broadcast_filtered(arg, frames, now)
+                else:
+                    fanout.broadcast(frames, transmit, now)
                 data += 1
             elif kind is FRONTIER:
                 if logging_:
@@ -188,6 +199,8 @@ class PublisherLoop:
                     continue
                 apply_changes(self._loop_lower, arg.updates)
                 fanout.broadcast(frames, transmit, now)
+                if self._filtering:
+                    self._interests_advance()
             elif kind is SYNC:
                 self._commit_log(now)
                 arg.set()
@@ -255,6 +268,8 @@ class PublisherLoop:
         for update, frames in unsent:
             apply_changes(self._loop_lower, update.updates)
             self._fanout.broadcast(frames, self._transmit, now)
+        if self._filtering:
+            self._interests_advance()
 
     def _log_failed(self, e: HistoryWriteError) -> None:
         """The log failed: send no more data or frontier changes (no epoch it could not log
@@ -330,6 +345,8 @@ class PublisherLoop:
                     "error", "credit refused: not a registered flow-controlled subscriber"))
         elif kind == wire.BYE:
             fanout.leave(ident)
+        elif kind == wire.UPDATE:
+            self._update_filter(ident, header)
         elif kind == wire.READ:
             refusal = (self._history.submit(ident, header) if self._history is not None else
                        wire.encode_notice(
@@ -347,6 +364,115 @@ class PublisherLoop:
                                partition=self.partition))
         # a ping from a known peer: nothing to do (ZMTP heartbeats keep the connection)
 
+    # -- filtering at the source (docs/filters.md) ------------------------------------------
+    def _program(self, obj) -> Program | None:
+        """The decoded filter program of a hello or update (``None``: none). Raises
+        :class:`~epochstream.filters.FilterError`."""
+        if obj is None:
+            return None
+        program = Program.from_wire(self.order, obj, lambda t: check_time(self.order, t))
+        for _, f in program.entries:
+            if f.keys is not None and self.key is None:
+                raise FilterError(f"keys= needs a topic key, and the publisher of "
+                                  f"{self.topic!r} declares none (Publisher(..., key=...))")
+        return program
+
+    def _over_bound(self, program: Program) -> bool:
+        """True if serving ``program`` would make more distinct programs than the bound
+        (a key function's filters are never left to the subscriber: it cannot re-check them)."""
+        if callable(self.key) and any(f.keys is not None for _, f in program.entries):
+            return False
+        programs = {p.interest.program for p in self._fanout.peers.values()
+                    if p.interest is not None and p.interest.program is not None
+                    and not p.interest.unfiltered}
+        return program not in programs and len(programs) >= self.max_filter_classes
+
+    def _broadcast_filtered(self, t, frames: list, now: float) -> None:
+        """Broadcast a data message, each peer with an Interest sent what it selects; each
+        distinct selection is filtered and encoded once. A filter the data cannot be filtered
+        by (a column it lacks) refuses that peer with ``X error``."""
+        cache: dict = {}
+        decoded: list = []
+        refused: dict = {}
+        codec, key = self.codec, self.key
+
+        def variant(peer):
+            sel = peer.interest.select(t)
+            if sel is None or sel is ALL:
+                return None if sel is None else frames
+            if sel in cache:
+                got = cache[sel]
+            else:
+                try:
+                    if not decoded:
+                        decoded.append(codec.decode(frames[2]))
+                    sent = tuple(sent_filter(f, key) for f in sel)
+                    if codec.name == "arrow":
+                        out = union_arrow(sent, decoded[0], key)
+                        n = out.num_rows
+                    else:
+                        out = union_records(sent, decoded[0], key)
+                        n = len(out)
+                    got = [frames[0], frames[1], codec.encode(out)] if n else None
+                except FilterError as e:
+                    got = e
+                except Exception as e:  # noqa: BLE001 - e.g. a key function that raises:
+                    got = FilterError(f"{type(e).__name__}: {e}")  # refuse them, not everyone
+                cache[sel] = got
+                self.stats["filter_encodings"] += 1
+            if isinstance(got, FilterError):
+                refused[peer.ident] = got
+                return None
+            if got is None:
+                self.stats["filtered_messages"] += 1
+            return got
+
+        self._fanout.broadcast(frames, self._transmit, now, variant=variant)
+        for ident, e in refused.items():
+            log.warning("%s/%s: subscriber %r: its filter does not fit the data: %s",
+                        self.topic, self.partition, ident, e)
+            self._fanout.leave(ident)
+            self._transmit(ident, wire.encode_notice("error", f"filter does not fit the data "
+                                                              f"of {self.topic!r}: {e}"))
+
+    def _interests_advance(self) -> None:
+        """The lower frontier moved: retire skips and prune programs; stop filtering when no
+        peer needs it."""
+        lower = tuple(self._loop_lower)
+        any_left = False
+        for peer in self._fanout.peers.values():
+            interest = peer.interest
+            if interest is None:
+                continue
+            interest.frontier(lower)
+            if interest.trivial:
+                peer.interest = None
+            else:
+                any_left = True
+        self._filtering = any_left
+
+    def _update_filter(self, ident: bytes, header: dict) -> None:
+        """A ``u``: replace the peer's program; answer ``X filter`` with this partition's upper
+        frontier, in stream order (everything sent before it was filtered by the old one)."""
+        peer = self._fanout.peers.get(ident)
+        if peer is None or peer.evicted:
+            self._transmit(ident, wire.encode_notice(
+                "error", "filter update refused: not a registered subscriber"))
+            return
+        program = self._program(header["filter"])  # FilterError: X error by _handle_peers
+        interest = peer.interest
+        if interest is None:
+            interest = Interest(self.order, (), program,
+                                unfiltered=program is not None and self._over_bound(program))
+        else:  # a peer served unfiltered stays so (the subscriber knows what it receives)
+            interest.program = program
+        interest.frontier(tuple(self._loop_lower))
+        peer.interest = None if interest.trivial else interest
+        self._filtering = self._filtering or peer.interest is not None
+        self._fanout.post(ident, wire.encode_notice(
+            "filter", "filter updated", id=header["id"],
+            upper=list(self._loop_upper.elements)), self._transmit, _time.monotonic())
+
     def _hello(self, ident: bytes, header: dict) -> None:
         topic, partition = header["topic"], header["partition"]
         if topic != self.topic or partition != self.partition:
@@ -358,13 +484,25 @@ class PublisherLoop:
         if self._loop_aborted is not None:
             self._transmit(ident, self._loop_aborted)
             return
+        try:
+            program = self._program(header.get("filter"))
+        except FilterError as e:
+            log.warning("%s/%s: refused hello: %s", self.topic, self.partition, e)
+            self._transmit(ident, wire.encode_notice("error", f"bad filter: {e}"))
+            return
         snap = InitialFrontierSnapshot(tuple(self._loop_lower), self._loop_upper.elements)
+        self._fanout.leave(ident)
+        interest = Interest(self.order, snap.upper, program,
+                            unfiltered=program is not None and self._over_bound(program))
         frames = wire.encode_snapshot(
             snap, topic=self.topic, partition=self.partition, order=getattr(self.order, "name", ""),
-            codec=self.codec.name, incarnation=self.incarnation, heartbeat=self.heartbeat_interval)
-        self._fanout.leave(ident)
+            codec=self.codec.name, incarnation=self.incarnation, heartbeat=self.heartbeat_interval,
+            key=self.key if isinstance(self.key, str) else None, filters=1)
         if self._transmit(ident, frames) == SENT:
-            self._fanout.join(ident, header.get("credit"), header["id"],
-                              epochs=header.get("credit_unit") == "epochs")
+            peer = self._fanout.join(ident, header.get("credit"), header["id"],
+                                     epochs=header.get("credit_unit") == "epochs")
+            if not interest.trivial:
+                peer.interest = interest
+                self._filtering = True
         else:
             log.warning("%s/%s: could not send a snapshot to %r", self.topic, self.partition, ident)

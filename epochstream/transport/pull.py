@@ -27,7 +27,7 @@ import time as _time
 from typing import Iterator
 
 from ..errors import PublisherLost
-from ..events import DataMessage, FetchResult, Gap
+from ..events import FetchResult, Gap
 
 __all__ = ["Pull"]
 
@@ -80,7 +80,7 @@ class Pull:
         decoded; ends when finished) but each poll waits ``self._poll_slice`` seconds and is
         followed by a ``None`` tick, busy or idle (``self._pull_idle`` tells which), so that a
         caller regains control after every poll even while data keeps arriving."""
-        decode = self.codec.decode
+        hand_out = self._hand_out
         stats = self.stats
         st = self._pull_st
         while True:
@@ -90,9 +90,9 @@ class Pull:
             if reads:
                 st.read_at = _time.monotonic()
             for m in got:
-                if type(m) is DataMessage:
-                    m = DataMessage(m.time, decode(m.data), m.nbytes)
-                yield m
+                m = hand_out(m)
+                if m is not None:
+                    yield m
             if not got and self._protocol.finished and not self._parked:
                 return
             self._pull_idle = not got and stats["messages"] == n

@@ -24,6 +24,7 @@ from ..position import resolve_position
 from ..protocol import EpochAssembler, SubscriberProtocol
 from .liveness import Liveness
 from .membership import await_live, partition_endpoints, resolve_catalog
+from .filtering import Filtering
 from .pull import Pull
 from .recovery import Recovery
 from .resume import HistoryBatch, Rejoined, Resume
@@ -41,7 +42,7 @@ _CREDITED = frozenset((wire.DATA, wire.FRONTIER))
 _DRAIN = 128
 
 
-class Subscriber(Recovery, Resume, Pull):
+class Subscriber(Recovery, Resume, Pull, Filtering):
     """Subscribes to every partition of a topic and yields complete epochs (Strymon
     "Subscriber Logic" merged across partitions).
 
@@ -91,6 +92,16 @@ class Subscriber(Recovery, Resume, Pull):
       :class:`~epochstream.errors.SubscriptionExpired`. With ``recover=True`` and history, a
       re-join is filled from the logs instead of yielding a :class:`~epochstream.events.Gap`
       (a durable subscriber never yields one: it raises instead).
+    - ``keys``, ``columns``, ``where``: a filter (docs/filters.md, :class:`~epochstream.filters.Filter`):
+      only records whose key (the publisher's ``key=``) is in ``keys`` and that satisfy every
+      ``(column, op, value)`` of ``where``, projected on ``columns``. Each publisher applies it
+      before sending (and skips data this subscriber's join would drop); this subscriber
+      re-checks everything it receives. An epoch is whole under the filter: exactly its
+      matching records, or nothing of it (an epoch nothing of which matches is not handed
+      out; the frontier still passes it). :meth:`update_filter` changes it at an epoch
+      boundary. A malformed filter raises :class:`~epochstream.filters.FilterError` here; one
+      the data cannot be evaluated against (a column it lacks) is refused by the publisher
+      (:class:`~epochstream.errors.ProtocolError` from the iterators).
 
     Iterate :meth:`epochs` for complete :class:`~epochstream.events.Epoch` objects, or
     :meth:`events` for delivered data (decoded) and merged frontier changes as they arrive.
@@ -106,7 +117,8 @@ class Subscriber(Recovery, Resume, Pull):
                  wait: float = 10.0, timeout: float = 10.0, rcvhwm: int = 1000, recover: bool = False,
                  credit: int | None = None, ping_interval: float = 1.0, start: Any = "latest",
                  durable: str | None = None, takeover: bool = False,
-                 credit_unit: str = "messages", context: zmq.Context | None = None):
+                 credit_unit: str = "messages", context: zmq.Context | None = None,
+                 keys=None, columns=None, where=None):
         if credit_unit not in ("messages", "epochs"):
             raise ValueError(f"credit_unit must be 'messages' or 'epochs', got {credit_unit!r}")
         least = 2 if credit_unit == "messages" else 1
@@ -137,6 +149,7 @@ class Subscriber(Recovery, Resume, Pull):
         self.partitions = n
         self._ctx = context or zmq.Context.instance()
         self._check = getattr(order, "check", None)
+        self._init_filter(keys, columns, where)
         self._parked: list = []  # events not yet handed out (data still encoded)
         self._last_epoch = None
         self._closed = False
@@ -167,6 +180,7 @@ class Subscriber(Recovery, Resume, Pull):
                 info = self._catalog.lookup(self.topic, wait=self._wait)
             endpoints, closed, self._catalog_incarnations = partition_endpoints(info, self._wait)
         self._protocol = SubscriberProtocol(self.order, self.partitions, floor=floor)
+        self._endpoints = {i: ep for i, ep in enumerate(endpoints) if ep is not None}
         # filter verdicts per raw data header: valid for this join's protocol state only
         self._time_cache: dict[bytes, Any] = {}
         self._poller = zmq.Poller()
@@ -184,6 +198,8 @@ class Subscriber(Recovery, Resume, Pull):
                 hello["credit"] = self.credit
                 if self.credit_unit == "epochs":
                     hello["credit_unit"] = "epochs"
+            if self._program is not None:
+                hello["filter"] = self._program.to_wire()
             s.send_multipart(wire.encode_control(wire.HELLO, **hello))
             self._sockets[s] = i
             self._receivers[s] = receive_from(s)
@@ -295,6 +311,7 @@ class Subscriber(Recovery, Resume, Pull):
             meta = wire.decode_snapshot_meta(frames)
             self._incarnations[partition] = meta.get("incarnation")
             self._heartbeats[partition] = meta.get("heartbeat")
+            self._filter_snapshot(partition, msg, meta)
             return self._snapshot(partition, msg)
         if isinstance(msg, LowerFrontierUpdate):
             pl = self._part_lower.setdefault(partition, {})
@@ -323,8 +340,10 @@ class Subscriber(Recovery, Resume, Pull):
         hit = self._time_cache.get(raw)
         if hit is None or hit[2] != protocol.version:
             t = hit[0] if hit is not None else wire.decode_time(raw)
-            if hit is None and self._check is not None:
-                t = self._check(t)
+            if hit is None:
+                if self._check is not None:
+                    t = self._check(t)
+                self._data_upper.insert(t)  # times data arrived for (a filter change's bound)
             ok = not protocol.ready or not protocol.filtering or protocol.passes(t)
             if len(self._time_cache) > 4096:
                 self._time_cache.clear()
@@ -339,6 +358,9 @@ class Subscriber(Recovery, Resume, Pull):
         return protocol.deliver(t, payload, len(payload))
 
     def _notice(self, partition: int, msg: wire.Notice) -> list:
+        if msg.code == "filter":
+            self._filter_acked(partition, msg)
+            return []
         if msg.code == "lagged":
             if self.recover:
                 self._rejoin("lagged", partition)
@@ -429,25 +451,53 @@ class Subscriber(Recovery, Resume, Pull):
             left = None if deadline is None else deadline - _time.monotonic()
             if left is not None and left <= 0:
                 return False
-            got = self._poll(min(left, 0.1) if left is not None else 0.1)
-            self._parked.extend(got)  # (evaluate _poll first: it swaps self._parked)
+            self._pump(min(left, 0.1) if left is not None else 0.1)
         return True
+
+    def _pump(self, timeout_s: float) -> None:
+        """Read for up to ``timeout_s`` seconds even while events wait to be handed out (they
+        stay in ``_parked``, in order); a failure is raised now, and again by the iterators
+        once the events before it are out."""
+        if self._failure is not None:
+            raise self._failure
+        try:
+            self._read(timeout_s)
+        except EpochstreamError as exc:
+            self._failure = exc
+            raise
 
     def _outputs(self) -> Iterator:
         """Yield events with data decoded, and ``None`` after each idle poll (0.1 s); end when
         finished."""
-        decode = self.codec.decode
+        hand_out = self._hand_out
         while True:
             got = self._poll(0.1)
             if got:
                 for m in got:
-                    if type(m) is DataMessage:
-                        m = DataMessage(m.time, decode(m.data), m.nbytes)
-                    yield m
+                    m = hand_out(m)
+                    if m is not None:
+                        yield m
             elif self._protocol.finished and not self._parked:
                 return
             else:
                 yield None
+
+    def _hand_out(self, m):
+        """An event as it is handed out: data decoded and re-checked against the record
+        filter (``None``: nothing of it matches); the program pruned as the frontier moves."""
+        kind = type(m)
+        if kind is DataMessage:
+            records = self.codec.decode(m.data)
+            if self._program is not None:
+                records = self._recheck(m.time, records)
+                if records is None:
+                    return None
+            return DataMessage(m.time, records, m.nbytes)
+        if kind is LowerFrontierUpdate:
+            self._filter_frontier(m)
+        elif kind is Gap or kind is Rejoined:
+            self._handed_lower = {}
+        return m
 
     def events(self, timeout: float | None = None) -> Iterator:
         """Yield, as they arrive, :class:`~epochstream.events.DataMessage` (decoded records in
@@ -464,9 +514,14 @@ class Subscriber(Recovery, Resume, Pull):
                 last = _time.monotonic()
                 reader = self._history_reader()
                 decode = self.codec.decode
-                for t, recs in item.epochs:
-                    for _, payload in reader.payloads(recs):
-                        yield DataMessage(t, decode(payload), len(payload))
+                for t, recs, payloads in reader.read(item.epochs):
+                    for _, payload in payloads:
+                        records = decode(payload)
+                        if self._program is not None:
+                            records = self._recheck(t, records)
+                            if records is None:
+                                continue
+                        yield DataMessage(t, records, len(payload))
             elif kind is Rejoined:
                 if item.withdraw is not None:
                     yield item.withdraw
@@ -515,13 +570,19 @@ class Subscriber(Recovery, Resume, Pull):
                     low = Antichain(self.order, item.lower)
                     acks.frontier([*item.lower, *(t for t in self._assembler.pending
                                                   if not low.less_equal(t))])
+                released = set()
                 for epoch in self._history_epochs(item, _time.time()):
+                    released.add(epoch.time)
                     if acks is not None:
                         if acks.skips(epoch.time):
                             acks.ack(epoch.time)
                             continue
                     self._last_epoch = epoch.time
                     yield epoch
+                if acks is not None and len(released) < len(item.epochs):
+                    for t, _ in item.epochs:  # nothing of it matched the filter: as an epoch
+                        if t not in released:  # without data, it needs no ack
+                            acks.ack(t)
             elif kind is Rejoined:  # the old join's incomplete epochs come from history
                 self._assembler = EpochAssembler(self.order, self.codec.combine)
             elif kind is Gap:  # epochs of the old join still pending can never complete
