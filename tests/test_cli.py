@@ -622,6 +622,11 @@ def test_demo_command_passes_its_options(runner, monkeypatch):
     assert result.exit_code == 1
     assert calls == [{"days": 3, "host": "127.0.0.1", "catalog": "somewhere", "pace": 0.5}]
     assert runner.invoke(app, ["demo", "--pace", "-1"]).exit_code == 2
+    result = runner.invoke(app, ["demo", "--days", "2", "--master", "spark://h:7077",
+                                 "-c", "tcp://h:7420"])
+    assert result.exit_code == 1
+    assert calls[-1] == {"days": 2, "host": "127.0.0.1", "catalog": "tcp://h:7420", "pace": 0.0,
+                         "master": "spark://h:7077"}
 
 
 class _FakeHost:

@@ -7,7 +7,9 @@
 - :mod:`.verify` — the checks of what each subscriber received against pandas' per-day
   figures, and the final verification table and summary;
 - :mod:`.terminal` — the command to paste into another terminal, and keeping the JVM's output
-  off this one.
+  off this one;
+- :mod:`.cluster` — a Spark standalone cluster on this machine and a catalog service beside it
+  (``make demo-cluster``: the demo with ``--master spark://...`` and a ``tcp://`` catalog).
 
 The demo publishes :data:`TOPIC` with :data:`PARTITIONS` partitions.
 """

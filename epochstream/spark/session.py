@@ -13,6 +13,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from ..catalog import is_catalog_url
 from .client import require_host
 from .ingest import IngestError
 from .sink import SOURCE_NAME, EpochstreamDataSource
@@ -38,13 +39,28 @@ _SETTINGS = {
 }
 
 
+#: settings of :func:`local_session` that only fit a local master (executors elsewhere must
+#: reach the driver: Spark's default, ``$SPARK_LOCAL_IP`` or this host's name, decides there)
+_LOCAL_ONLY = ("spark.driver.host", "spark.driver.bindAddress")
+
+
 def local_session(app_name: str = "epochstream", master: str = "local[2]", conf: dict | None = None):
-    """A local SparkSession tuned for small, fast micro-batches (see ``_SETTINGS``, updated
-    with ``conf``); its Python workers run this interpreter (``PYSPARK_PYTHON`` is set)."""
+    """A SparkSession tuned for small, fast micro-batches (see ``_SETTINGS``, updated with
+    ``conf``); its Python workers run this interpreter (``PYSPARK_PYTHON`` is set).
+
+    ``master``: ``local[N]`` (the default ``local[2]``), or a cluster's master URL such as
+    ``spark://host:7077``: the driver is then not pinned to ``127.0.0.1`` and the executors get
+    the same JVM options as the driver. On a cluster, every worker machine needs this Python
+    (the same path, with epochstream installed)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    settings = dict(_SETTINGS)
+    if not master.startswith("local"):
+        for k in _LOCAL_ONLY:
+            settings.pop(k)
+        settings["spark.executor.extraJavaOptions"] = settings["spark.driver.extraJavaOptions"]
     b = SparkSession.builder.master(master).appName(app_name)
-    for k, v in {**_SETTINGS, **(conf or {})}.items():
+    for k, v in {**settings, **(conf or {})}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -111,7 +127,8 @@ def start_query(spark, df, topic: str, *, checkpoint: str | os.PathLike,
     """Start ``df.writeStream.format("epochstream")`` into ``topic``; returns the StreamingQuery.
 
     ``checkpoint``: a fresh directory per query (a reused one resumes old batch ids = epochs);
-    ``catalog``: a Catalog or path (made absolute: workers may run elsewhere); ``trigger``:
+    ``catalog``: a Catalog, a path (made absolute: workers may run elsewhere) or a network
+    catalog's URL ``"tcp://host:port"``; ``trigger``:
     keyword arguments for ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}``);
     ``options``: more writer options (e.g. ``{"ackTimeout": 30}``).
 
@@ -119,12 +136,14 @@ def start_query(spark, df, topic: str, *, checkpoint: str | os.PathLike,
     import epochstream (:func:`register`) or when no live
     :class:`~epochstream.spark.SparkPublisherHost` serves ``topic`` in the catalog."""
     register(spark)
-    cat_path = getattr(catalog, "path", catalog)
-    require_host(None if cat_path is None else str(Path(cat_path).absolute()), topic)
+    cat_path = getattr(catalog, "url", None) or getattr(catalog, "path", catalog)
+    if cat_path is not None:  # a network catalog's URL stays as it is; a path becomes absolute
+        cat_path = str(cat_path) if is_catalog_url(str(cat_path)) else str(Path(cat_path).absolute())
+    require_host(cat_path, topic)
     w = (df.writeStream.format(SOURCE_NAME).option("topic", topic)
          .option("checkpointLocation", str(Path(checkpoint).absolute())))
     if cat_path is not None:
-        w = w.option("catalog", str(Path(cat_path).absolute()))
+        w = w.option("catalog", cat_path)
     for k, v in (options or {}).items():
         w = w.option(k, str(v))
     if trigger:
