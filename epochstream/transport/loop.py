@@ -413,7 +413,12 @@ class PublisherLoop:
                     else:
                         out = union_records(sent, decoded[0], key)
                         n = len(out)
-                    got = [frames[0], frames[1], codec.encode(out)] if n else None
+                    if not n:
+                        got = None
+                    elif n == codec.count(decoded[0]) and all(f.columns is None for f in sent):
+                        got = frames  # every record matched, none cut: the payload as it is
+                    else:
+                        got = [frames[0], frames[1], codec.encode(out)]
                 except FilterError as e:
                     got = e
                 except Exception as e:  # noqa: BLE001 - e.g. a key function that raises:
