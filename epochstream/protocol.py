@@ -314,16 +314,33 @@ class SubscriberProtocol:
             self._snapshots[partition] = snapshot
             if len(self._snapshots) < self.partitions:
                 return []
-            return self._start()
+            try:
+                return self._start()
+            except BaseException:
+                del self._snapshots[partition]
+                raise
         if not isinstance(message, (DataMessage, LowerFrontierUpdate)):
             raise ProtocolError(f"unknown message type {type(message).__name__}")
         if partition not in self._snapshots:
             raise ProtocolError(
                 f"partition {partition} sent {type(message).__name__} before its InitialFrontierSnapshot")
         if not self._ready:
-            self._buffer.setdefault(partition, []).append(message)
+            # Normalise now, so a malformed time is refused from its sender, not later when
+            # the last snapshot arrives.
+            self._buffer.setdefault(partition, []).append(self._normalised(message))
             return []
         return self._process(message)
+
+    def _normalised(self, message):
+        check = self._check
+        if check is None:
+            return message
+        if type(message) is DataMessage:
+            t = check(message.time)
+            if t != message.time or type(t) is not type(message.time):
+                return DataMessage(t, message.data, message.nbytes)
+            return message
+        return LowerFrontierUpdate(tuple((check(t), d) for t, d in message.updates))
 
     def _checked_snapshot(self, s: InitialFrontierSnapshot) -> InitialFrontierSnapshot:
         check = self._check
@@ -333,6 +350,19 @@ class SubscriberProtocol:
                                        tuple(check(t) for t in s.upper))
 
     def _start(self) -> list:
+        # Before the start nothing but the snapshots and the buffer has changed: a buffered
+        # message rejected here (data behind the merged lower frontier) restores exactly that.
+        saved = (self._buffer, Antichain(self._filter.order, self._filter.elements), self._floor,
+                 self.version, self.dropped)
+        try:
+            return self._start_unguarded()
+        except BaseException:
+            self._buffer, self._filter, self._floor, self.version, self.dropped = saved
+            self._lower = MutableAntichain(self.order)
+            self._ready = False
+            raise
+
+    def _start_unguarded(self) -> list:
         out: list = []
         ups = []
         for p in range(self.partitions):

@@ -3,6 +3,7 @@ with our precise errors, rejected input leaves the state unchanged, and a publis
 with garbage keeps serving."""
 import hypothesis_profiles  # noqa: F401  (loads the fast/thorough profile)
 import msgpack
+import pytest
 import zmq
 from hypothesis import given, settings, strategies as st
 
@@ -91,3 +92,27 @@ def test_publisher_keeps_serving_under_garbage(garbage):
             pub.close()
             assert [list(e.records) for e in sub.epochs(timeout=5)] == [["ok"]]
         bad.close()
+
+
+@pytest.mark.parametrize("order, bad", [
+    (TOTAL, DataMessage([], ["x"])),                       # wrong shape, found by CI's Hypothesis run
+    (TOTAL, LowerFrontierUpdate(((("a",), 1),))),          # wrong shape in an update
+    (product(2), DataMessage(5, ["x"])),
+    (TOTAL, DataMessage(0, ["x"])),                        # behind the merged lower frontier (5)
+])
+def test_a_bad_message_buffered_before_the_last_snapshot_changes_nothing(order, bad):
+    """A message buffered while snapshots are missing is checked when it arrives (refused from
+    its own sender) or, if it can only be judged against the merged frontier, refused together
+    with the snapshot that would start the stream — never half-applying the start."""
+    low = 5 if order is TOTAL else (5, 5)
+    sub = SubscriberProtocol(order, 2)
+    sub.receive(0, InitialFrontierSnapshot((low,), ()))
+    try:
+        sub.receive(0, bad)
+    except ProtocolError:
+        assert sub.snapshots.keys() == {0} and not sub.ready
+        return
+    before = (sub.ready, sub.lower, sub.filter, sub.snapshots)
+    with pytest.raises(ProtocolError):
+        sub.receive(1, InitialFrontierSnapshot((low,), ()))
+    assert (sub.ready, sub.lower, sub.filter, sub.snapshots) == before
