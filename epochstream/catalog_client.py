@@ -79,6 +79,12 @@ CLAIM_ATTEMPTS = 100
 """Reads-and-decides a :meth:`RemoteCatalog.group_claim` tries before giving up (each failure
 means another worker changed the group meanwhile)."""
 _POOL = 8  # idle sockets kept per client
+IDLE_S = 1.0
+"""Seconds an idle pooled socket stays open. A connected ZeroMQ socket reconnects forever when
+its peer goes away; a pooled socket kept after the catalog service stopped would knock, with a
+ZMTP greeting, on whatever process binds that port next (seen: a Spark driver's Python-worker
+callback port, whose handshake then failed). So idle sockets are closed after ``IDLE_S`` by one
+daemon thread per process (:func:`_reap_loop`), and a request after a pause opens a new one."""
 
 _URL = re.compile(r"^tcp://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(?P<port>[0-9]{1,5})"
                   r"/?(?:\?(?P<query>.*))?$", re.IGNORECASE)
@@ -168,7 +174,7 @@ class RemoteCatalog(Catalog):
     def _reset_process(self) -> None:
         """State of this process (again after a ``fork()``: nothing of the parent's is used)."""
         self._pid = os.getpid()
-        self._idle: list[zmq.Socket] = []
+        self._idle: list[tuple[zmq.Socket, float]] = []  # (socket, monotonic time returned)
         self._ids = itertools.count(1)
         self._held: dict[tuple, str] = {}  # ("p", topic, partition) / ("d", topic, name) -> id
         self._held_lock = threading.Lock()
@@ -186,7 +192,7 @@ class RemoteCatalog(Catalog):
             if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours
                 self._reset_process()
             if self._idle:
-                return self._idle.pop()
+                return self._idle.pop()[0]
         sock = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDTIMEO, int(self.timeout * 1000))
@@ -198,7 +204,8 @@ class RemoteCatalog(Catalog):
     def _give_back(self, sock: zmq.Socket) -> None:
         with self._pool_lock:
             if self._pid == os.getpid() and len(self._idle) < _POOL and not self._closed:
-                self._idle.append(sock)
+                self._idle.append((sock, time.monotonic()))
+                _reaper_watch(self)
                 return
         sock.close(0)
 
@@ -255,10 +262,22 @@ class RemoteCatalog(Catalog):
         with self._pool_lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for s in idle:
+        for s, _ in idle:
             s.close(0)
         with self._held_lock:
             self._held.clear()
+
+    def _reap(self, now: float) -> bool:
+        """Close the pooled sockets idle for ``IDLE_S`` or more; True while some stay pooled."""
+        with self._pool_lock:
+            if self._pid != os.getpid():
+                return False
+            stale = [s for s, t in self._idle if now - t >= IDLE_S]
+            self._idle = [(s, t) for s, t in self._idle if now - t < IDLE_S]
+            left = bool(self._idle)
+        for s in stale:
+            s.close(0)
+        return left
 
     def __enter__(self) -> "RemoteCatalog":
         return self
@@ -449,6 +468,40 @@ for _name in dir(Catalog):  # a public method added to Catalog but not to OPS: r
             and _name not in RemoteCatalog.__dict__:
         setattr(RemoteCatalog, _name, _refuse(_name))
 del _name, _value
+
+
+_reaper_lock = threading.Lock()
+_reaper_pid = 0
+_reaper_clients: "weakref.WeakSet[RemoteCatalog]" = weakref.WeakSet()
+
+
+def _reaper_watch(cat: "RemoteCatalog") -> None:
+    """Have this process's reaper thread close ``cat``'s idle sockets (started on first use,
+    again in a forked child)."""
+    global _reaper_pid
+    with _reaper_lock:
+        _reaper_clients.add(cat)
+        if _reaper_pid != os.getpid():
+            _reaper_pid = os.getpid()
+            threading.Thread(target=_reap_loop, daemon=True,
+                             name="epochstream-catalog-idle-sockets").start()
+
+
+def _reap_loop() -> None:
+    """Every ``IDLE_S / 2`` seconds, close the pooled sockets idle for ``IDLE_S`` (a daemon)."""
+    while True:
+        time.sleep(IDLE_S / 2)
+        now = time.monotonic()
+        with _reaper_lock:
+            clients = list(_reaper_clients)
+        for cat in clients:
+            try:
+                if not cat._reap(now):
+                    with _reaper_lock:
+                        _reaper_clients.discard(cat)
+            except Exception:  # noqa: BLE001 - a closed client or a closed context: skip it
+                log.debug("catalog idle-socket reaper: %s", cat, exc_info=True)
+        del clients
 
 
 def _renew_loop(ref: "weakref.ref[RemoteCatalog]", stop: threading.Event, interval: float) -> None:

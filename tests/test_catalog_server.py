@@ -723,3 +723,31 @@ def test_the_documented_example_runs_as_written(served, tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[(0, 1), (1, 1), (2, 1)]"
+
+
+def test_a_client_left_open_does_not_knock_on_the_port_after_the_service_stopped(tmp_path):
+    """Regression (a CI run): a cached client (the Spark sink's, never closed) kept pooled DEALER
+    sockets connected to a stopped catalog service; they reconnected every second and greeted,
+    in ZMTP, whatever bound that port next — there, a Spark driver's Python-worker callback
+    port, whose handshake then failed the query. Idle sockets are closed after IDLE_S."""
+    from epochstream.catalog_client import IDLE_S
+
+    with CatalogServer(tmp_path / "served", "tcp://127.0.0.1:*") as srv:
+        remote = Catalog(srv.endpoint)  # deliberately never closed
+        remote.create_topic("t")
+        remote.lookup("t")
+        port = int(srv.endpoint.rsplit(":", 1)[1])
+    time.sleep(IDLE_S + 0.6)
+    lis = socket.socket()
+    lis.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lis.bind(("127.0.0.1", port))
+    lis.listen(8)
+    lis.settimeout(1.5)  # > RECONNECT_IVL_MAX (1 s): a leaked socket would have knocked by then
+    try:
+        with pytest.raises(socket.timeout):
+            conn, _ = lis.accept()
+            conn.close()
+    finally:
+        lis.close()
+    with pytest.raises(CatalogUnavailable):  # the service is gone: a clear error, no hang
+        Catalog(f"tcp://127.0.0.1:{port}?timeout=0.5").lookup("t")

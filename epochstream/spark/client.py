@@ -66,6 +66,12 @@ class IngestClient:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 10_000)
         self.sock.setsockopt(zmq.RCVHWM, 10_000)
+        # No reconnection: clients are cached in reused worker processes, and a socket that
+        # reconnects forever to a host that is gone greets (in ZMTP) whatever binds that port
+        # next — e.g. a Spark driver's Python-worker callback port, failing its handshake. A
+        # lost host instead fails the request (IngestError after the timeout); the task's
+        # retry drops this client (drop_client) and connects afresh.
+        self.sock.setsockopt(zmq.RECONNECT_IVL, -1)
         self.sock.connect(endpoint)
 
     def send(self, msg: Request, timeout: float) -> None:
