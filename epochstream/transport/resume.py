@@ -87,7 +87,11 @@ class Resume:
     def _history_reader(self):
         if self._history is None:
             from ..history import History
-            self._history = History(self.topic, self._catalog)
+            from ..history_remote import DEFAULT_TIMEOUT
+            # a history read waits no longer than this subscriber waits for its publishers
+            mine = getattr(self, "timeout", None)
+            timeout = DEFAULT_TIMEOUT if not mine or mine <= 0 else min(DEFAULT_TIMEOUT, mine)
+            self._history = History(self.topic, self._catalog, timeout=timeout)
         self._history.endpoints = dict(getattr(self, "_endpoints", {}))  # this join's publishers
         return self._history
 

@@ -568,10 +568,10 @@ def test_a_subscriber_that_joined_before_the_publisher_closed_is_filled_through_
             (cat, "t", "--last", 3, "--msgs", 4, "--recs", 2, "--msg-interval", 0.05)) as (p,):
         p.until("epoch 1")
         time.sleep(0.07)  # in the middle of epoch 2
-        with Subscriber("t", Catalog(cat), start="earliest", timeout=10) as sub:
+        with Subscriber("t", Catalog(cat), start="earliest", timeout=3) as sub:
             assert sub.wait_ready(10)
             time.sleep(1.0)  # busy elsewhere: the publisher finishes and closes meanwhile
-            got = seen(sub.epochs(timeout=10))
+            got = seen(sub.epochs(timeout=3))
         p.proc.wait(10)
     assert got == expected(range(3), 4, 2)
 

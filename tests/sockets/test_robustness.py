@@ -283,7 +283,7 @@ def test_exception_in_with_block_aborts_and_never_completes_the_open_epoch(tmp_p
     part = cat.lookup("t").partition_info[0]
     assert part.state == "aborted"
     with pytest.raises(PublisherAborted):  # a late subscriber is told too
-        Subscriber("t", catalog=cat, timeout=2)
+        Subscriber("t", catalog=cat, timeout=2, wait=0.5)
     sub.close()
     with pytest.raises(ProtocolError, match="aborted"):
         pub.send(2, [2])
