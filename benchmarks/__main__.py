@@ -22,13 +22,13 @@ import time
 from . import RESULTS, save_result
 
 CASES = ("filter", "e2e", "peers", "fanout", "spark", "frontier", "limits", "latejoin", "latency",
-         "memory", "scale", "history", "groups", "pushdown", "catalog", "spark_source")
+         "memory", "scale", "history", "groups", "pushdown", "catalog", "spark_source", "security")
 MODULES = {"filter": "bench_filter", "e2e": "bench_e2e", "peers": "bench_peers",
            "fanout": "bench_fanout", "spark": "bench_spark", "frontier": "bench_frontier",
            "limits": "bench_limits", "latejoin": "bench_latejoin", "latency": "bench_latency",
            "memory": "bench_memory", "scale": "bench_scale", "history": "bench_history",
            "groups": "bench_groups", "pushdown": "bench_pushdown", "catalog": "bench_catalog",
-           "spark_source": "bench_spark_source"}
+           "spark_source": "bench_spark_source", "security": "bench_security"}
 # left out of ``--quick`` unless named with --case: Spark's JVM start-up and warm-up alone take
 # most of a minute, a third of the 3-minute budget (its last result file stays, dated, in the report)
 NOT_QUICK = ("spark", "spark_source")

@@ -13,7 +13,11 @@ ten values (10 %, 50 %, 100 % selected):
   each epoch itself with the same evaluator (``Filter(keys=K).apply_records``) — what a user
   does without pushdown.
 
-Both decode everything they receive. Measured per run: records delivered (matching) per
+Both decode everything they receive. ``via``: ``direct`` (subscribers read the publisher) or
+``relay`` (a ``Relay`` process between them, subscribers read ``topic@edge``; in ``source`` mode
+the relay subscribes upstream with the cover of its subscribers' filters, so the upstream link
+carries only those records too — ``upstream_bytes_per_record``, the relay's received payload
+bytes per record a subscriber gets). Measured per run: records delivered (matching) per
 second, bytes of payload received per delivered record (the subscriber's ``stats["bytes"]``:
 what crossed the network, frames' payloads), subscriber CPU seconds per million delivered
 records (mean over subscribers), publisher CPU seconds per million delivered records (all
@@ -38,7 +42,8 @@ RECORDS_PER_MESSAGE = 1000
 MESSAGES_PER_EPOCH = 10
 KEYS = 10
 SELECTIVITY = {10: 1, 50: 5, 100: 10}  # percent -> number of the ten key values
-SUBSCRIBERS = (1, 8)
+SUBSCRIBERS = (1, 8, 32)
+VIAS = ("direct", "relay")
 CREDIT = 256
 
 _ids = iter(range(1, 1 << 30))
@@ -78,13 +83,32 @@ def _pub_main(cfg, q, go):
         q.put(("error", f"publisher: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 
 
+def _relay_main(cfg, q, go):
+    try:
+        from epochstream import Catalog, Relay
+        relay = Relay(cfg["topic"], Catalog(cfg["dir"]), tier="edge", credit=CREDIT,
+                      heartbeat_interval=0.2, sndhwm=100_000)
+        q.put(("relay-ready", None))
+        cpu0 = time.process_time()
+        if not relay.join(cfg["duration"] + 300):
+            raise TimeoutError("the relay did not finish")
+        q.put(("relay", {"upstream_bytes": relay._up.stats["bytes"],
+                         "cpu_s": time.process_time() - cpu0,
+                         "upstream_changes": relay.stats["upstream_changes"],
+                         "error": None if relay.error is None else str(relay.error)}))
+        relay.close()
+    except BaseException as exc:
+        q.put(("error", f"relay: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
 def _sub_main(cfg, q, go):
     try:
         from epochstream import Catalog, Subscriber
         from epochstream.filters import Filter
         keys = set(range(SELECTIVITY[cfg["pct"]]))
         kw = {"keys": keys} if cfg["mode"] == "source" else {}
-        sub = Subscriber(cfg["topic"], Catalog(cfg["dir"]), credit=CREDIT, rcvhwm=100_000,
+        topic = cfg["topic"] + ("@edge" if cfg["via"] == "relay" else "")
+        sub = Subscriber(topic, Catalog(cfg["dir"]), credit=CREDIT, rcvhwm=100_000,
                          timeout=60, **kw)
         if not sub.wait_ready(30):
             raise TimeoutError("not ready")
@@ -107,19 +131,25 @@ def _sub_main(cfg, q, go):
         q.put(("error", f"subscriber: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 
 
-def run_one(mode: str, pct: int, n_subs: int, duration: float) -> dict:
+def run_one(mode: str, pct: int, n_subs: int, duration: float, via: str = "direct") -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     go = ctx.Event()
     d = tempfile.mkdtemp(prefix="es-bench-pushdown-")
     cfg = {"topic": f"push-{os.getpid()}-{next(_ids)}", "dir": d, "mode": mode, "pct": pct,
-           "duration": duration}
+           "duration": duration, "via": via}
     procs = [ctx.Process(target=_pub_main, args=(cfg, q, go), daemon=True)]
-    row = {"mode": mode, "selectivity_pct": pct, "subscribers": n_subs, "duration_s": duration,
+    row = {"mode": mode, "via": via, "selectivity_pct": pct, "subscribers": n_subs,
+           "duration_s": duration,
            "loadavg_before": round(os.getloadavg()[0], 2)}
     try:
         procs[0].start()
         _get(q, procs, 60, "endpoint")
+        if via == "relay":
+            r = ctx.Process(target=_relay_main, args=(cfg, q, go), daemon=True)
+            r.start()
+            procs.append(r)
+            _get(q, procs, 60, "relay-ready")
         for _ in range(n_subs):
             p = ctx.Process(target=_sub_main, args=(cfg, q, go), daemon=True)
             p.start()
@@ -128,13 +158,15 @@ def run_one(mode: str, pct: int, n_subs: int, duration: float) -> dict:
             _get(q, procs, 60, "ready")
         t0 = time.monotonic()
         go.set()
-        pub, subs = None, []
-        while pub is None or len(subs) < n_subs:
+        pub, subs, relay = None, [], None
+        while pub is None or len(subs) < n_subs or (via == "relay" and relay is None):
             kind, value = _get(q, procs, duration + 120, None)
             if kind == "published":
                 pub = value
             elif kind == "done":
                 subs.append(value)
+            elif kind == "relay":
+                relay = value
         expect = pub["messages"] * RECORDS_PER_MESSAGE * SELECTIVITY[pct] // KEYS
         ok = all(s["records"] == expect for s in subs)
         delivered = sum(s["records"] for s in subs)
@@ -146,6 +178,10 @@ def run_one(mode: str, pct: int, n_subs: int, duration: float) -> dict:
                    pub_cpu_s_per_M=pub["cpu_s"] / delivered * 1e6,
                    filter_encodings=pub["filter_encodings"], seconds=round(secs, 3),
                    loadavg_after=round(os.getloadavg()[0], 2))
+        if relay is not None:
+            row.update(upstream_bytes_per_record=relay["upstream_bytes"] / max(1, expect),
+                       relay_cpu_s_per_M=relay["cpu_s"] / delivered * 1e6,
+                       upstream_changes=relay["upstream_changes"])
         if not ok:
             row["error"] = (f"expected {expect} records per subscriber, got "
                             f"{[s['records'] for s in subs]}")
@@ -177,57 +213,77 @@ def _get(q, procs, timeout: float, want):
             return kind, value
 
 
-def run(quick: bool = False, log=print) -> dict:
-    seconds = paired.seconds(quick)
-    n_rep = paired.repeats(quick)
-    subs = (1,) if quick else SUBSCRIBERS
+def run(quick: bool = False, log=print, *, subs=None, vias=None, pcts=None, repeats=None,
+        seconds=None) -> dict:
+    """The grid ``subs`` × ``vias`` × ``pcts`` (defaults: :data:`SUBSCRIBERS`, :data:`VIAS`, the
+    three selectivities; quick: 1 subscriber, direct), ``repeats`` paired repeats of
+    ``seconds`` each (defaults: :mod:`paired`'s rules)."""
+    seconds = seconds or paired.seconds(quick)
+    n_rep = repeats or paired.repeats(quick)
+    subs = subs or ((1,) if quick else SUBSCRIBERS)
+    vias = vias or (("direct",) if quick else VIAS)
+    pcts = pcts or tuple(SELECTIVITY)
     t_all = time.monotonic()
     rows = []
     for rep in range(n_rep):
-        for n in subs:
-            for pct in SELECTIVITY:
-                for mode in ("source", "local"):
-                    r = run_one(mode, pct, n, seconds)
-                    r["variant"], r["repeat"] = f"{mode}-{pct}-{n}", rep
-                    rows.append(r)
-                    log(f"  pushdown #{rep} {r['variant']:14s}: "
-                        + (f"{r['records_per_s'] / 1e6:.2f} M rec/s per sub, "
-                           f"{r['bytes_per_record']:.1f} B/rec, sub {r['sub_cpu_s_per_M']:.3f} "
-                           f"s/M, pub {r['pub_cpu_s_per_M']:.3f} s/M" if r.get("ok")
-                           else f"FAILED {r.get('error')}"))
+        for via in vias:
+            for n in subs:
+                for pct in pcts:
+                    for mode in ("source", "local"):
+                        r = run_one(mode, pct, n, seconds, via)
+                        r["variant"], r["repeat"] = f"{mode}-{pct}-{n}-{via}", rep
+                        rows.append(r)
+                        log(f"  pushdown #{rep} {r['variant']:20s}: "
+                            + (f"{r['records_per_s'] / 1e6:.2f} M rec/s per sub, "
+                               f"{r['bytes_per_record']:.1f} B/rec, sub "
+                               f"{r['sub_cpu_s_per_M']:.3f} s/M, pub {r['pub_cpu_s_per_M']:.3f} "
+                               f"s/M" if r.get("ok") else f"FAILED {r.get('error')}"))
     ratios = []
-    for n in subs:
-        for pct in SELECTIVITY:
-            for key, what, target in (
-                    ("bytes_per_record", "bytes on the wire per delivered record, local ÷ source",
-                     5.0 if pct == 10 else None),
-                    ("sub_cpu_s_per_M", "subscriber CPU per delivered record, local ÷ source",
-                     3.0 if pct == 10 else None),
-                    ("pub_cpu_s_per_M", "publisher CPU per delivered record, local ÷ source",
-                     None),
-                    ("records_per_s", "delivered records/s per subscriber, source ÷ local",
-                     None)):
-                a, b = f"local-{pct}-{n}", f"source-{pct}-{n}"
-                if key == "records_per_s":
-                    a, b = b, a
-                ps = paired.summary(paired.pair_ratios(rows, a, b, key=key))
-                ratios.append({"subscribers": n, "selectivity_pct": pct, "key": key,
-                               "what": what, "target": target, "paired": ps,
-                               "verdict": paired.verdict(ps, target) if target else None})
-                if ps:
-                    log(f"  {n} sub, {pct:3d} %: {what}: {ps['median']:.2f} "
-                        f"({ps['min']:.2f}–{ps['max']:.2f}, n={ps['n']})"
-                        + (f" target ≥ {target}: {ratios[-1]['verdict']}" if target else ""))
+    for via, n, pct in ((v, n, p) for v in vias for n in subs for p in pcts):
+        keys = [("bytes_per_record", "bytes on the wire per delivered record, local ÷ source",
+                 5.0 if pct == 10 else None),
+                ("sub_cpu_s_per_M", "subscriber CPU per delivered record, local ÷ source",
+                 3.0 if pct == 10 else None),
+                ("pub_cpu_s_per_M", "publisher CPU per delivered record, local ÷ source", None),
+                ("records_per_s", "delivered records/s per subscriber, source ÷ local", None)]
+        if via == "relay":
+            keys.append(("upstream_bytes_per_record",
+                         "bytes on the relay's upstream link per delivered record, local ÷ source",
+                         None))
+        for key, what, target in keys:
+            a, b = f"local-{pct}-{n}-{via}", f"source-{pct}-{n}-{via}"
+            if key == "records_per_s":
+                a, b = b, a
+            ps = paired.summary(paired.pair_ratios(rows, a, b, key=key))
+            ratios.append({"subscribers": n, "via": via, "selectivity_pct": pct, "key": key,
+                           "what": what, "target": target, "paired": ps,
+                           "verdict": paired.verdict(ps, target) if target else None})
+            if ps:
+                log(f"  {n} sub {via}, {pct:3d} %: {what}: {ps['median']:.2f} "
+                    f"({ps['min']:.2f}–{ps['max']:.2f}, n={ps['n']})"
+                    + (f" target ≥ {target}: {ratios[-1]['verdict']}" if target else ""))
     return {"case": "pushdown", "quick": quick, "seconds_per_run": seconds, "repeats": n_rep,
             "records_per_message": RECORDS_PER_MESSAGE, "messages_per_epoch": MESSAGES_PER_EPOCH,
             "credit": CREDIT, "library": _library(), "rows": rows, "ratios": ratios,
+            "grid": {"subscribers": list(subs), "via": list(vias), "selectivity_pct": list(pcts)},
             "ok": all(r.get("ok") for r in rows), "wall_s": round(time.monotonic() - t_all, 1)}
 
 
 if __name__ == "__main__":
+    import argparse
     import json
-    import sys
     from . import save_result
-    res = run(quick="--quick" in sys.argv)
+    ap = argparse.ArgumentParser(description="filters at the source against dropping locally")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--subs", help="comma-separated subscriber counts, e.g. 1,8,32")
+    ap.add_argument("--via", help="direct,relay")
+    ap.add_argument("--pct", help="selectivities in percent: 10,50,100")
+    ap.add_argument("--repeats", type=int)
+    ap.add_argument("--seconds", type=float)
+    ap.add_argument("--save", default="pushdown", help="result name (benchmarks/results/NAME.json)")
+    a = ap.parse_args()
+    ints = lambda v: tuple(int(x) for x in v.split(",")) if v else None  # noqa: E731
+    res = run(quick=a.quick, subs=ints(a.subs), vias=tuple(a.via.split(",")) if a.via else None,
+              pcts=ints(a.pct), repeats=a.repeats, seconds=a.seconds)
     print(json.dumps(res["ratios"], indent=1)[:4000])
-    save_result("pushdown", res)
+    save_result(a.save, res)

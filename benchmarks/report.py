@@ -585,6 +585,13 @@ def write() -> Path:
         out += _groups_section(groups) + ["\n"]
     if push and push.get("ratios"):
         out += _pushdown_section(push) + ["\n"]
+    sec = load_result("security")
+    if sec and sec.get("ratios"):
+        out += _security_section(sec) + ["\n"]
+    push_relay = load_result("pushdown_relay")
+    if push_relay and push_relay.get("ratios"):
+        out += _pushdown_section(push_relay, "Filters at the source through a relay, and "
+                                 "many subscribers (`pushdown_relay`)") + ["\n"]
     if catalog and catalog.get("rows"):
         out += _catalog_section(catalog) + ["\n"]
     if spark_source and spark_source.get("rows") is not None:
@@ -1199,8 +1206,8 @@ if __name__ == "__main__":
 # ---------------------------------------------------------------------------------------------
 # filters at the source (issue 14)
 
-def _pushdown_section(p) -> list[str]:
-    out = ["## Filters at the source (`pushdown`)\n",
+def _pushdown_section(p, title: str = "Filters at the source (`pushdown`)") -> list[str]:
+    out = [f"## {title}\n",
            f"{_mode(p)}. One publisher, msgpack dict records ({p['records_per_message']} per "
            f"message, {p['messages_per_epoch']} messages per epoch, a key column with ten values "
            f"in every message), credit-based flow control ({p['credit']} messages) so nothing is "
@@ -1209,33 +1216,68 @@ def _pushdown_section(p) -> list[str]:
            "per distinct filter; `local`: no filter, the consumer keeps the matching records of "
            "each epoch with the same evaluator. Ratios of paired, interleaved runs "
            "(`benchmarks/bench_pushdown.py`).\n"]
+    out.append(f"Runs of {p['seconds_per_run']:g} s, {p['repeats']} paired repeats. `via relay`: "
+               "a `Relay` process between the publisher and the subscribers (which read "
+               "`topic@edge`); with `source` the relay subscribes upstream with the cover of its "
+               "subscribers' filters, so its upstream link carries only those records too.\n")
     rows = []
     for x in p["ratios"]:
         ps = x.get("paired")
-        rows.append((f"{x['subscribers']}", f"{x['selectivity_pct']} %", x["what"],
-                     _pm(ps) if ps else "—",
+        rows.append((f"{x['subscribers']}", x.get("via", "direct"), f"{x['selectivity_pct']} %",
+                     x["what"], _pm(ps) if ps else "—",
                      (f"≥ {x['target']}: {x['verdict']}" if x.get("target") else "")))
-    out.append(_table(["subscribers", "selected", "ratio", "median (min–max, n)", "target"], rows))
+    out.append(_table(["subscribers", "via", "selected", "ratio", "median (min–max, n)",
+                       "target"], rows))
     by = {}
     for r in p["rows"]:
         if r.get("ok"):
-            by.setdefault((r["subscribers"], r["selectivity_pct"], r["mode"]), []).append(r)
+            by.setdefault((r["subscribers"], r.get("via", "direct"), r["selectivity_pct"],
+                           r["mode"]), []).append(r)
     rows = []
-    for (n, pct, mode), rs in sorted(by.items()):
-        rows.append((str(n), f"{pct} %", mode,
+    for (n, via, pct, mode), rs in sorted(by.items()):
+        up = [r["upstream_bytes_per_record"] for r in rs if "upstream_bytes_per_record" in r]
+        rows.append((str(n), via, f"{pct} %", mode,
                      _fmt_rate(median([r["records_per_s"] for r in rs])),
                      f"{median([r['bytes_per_record'] for r in rs]):.1f}",
+                     f"{median(up):.1f}" if up else "—",
                      f"{median([r['sub_cpu_s_per_M'] for r in rs]):.2f}",
                      f"{median([r['pub_cpu_s_per_M'] for r in rs]):.2f}"))
     out.append("\nMedians per configuration:\n")
-    out.append(_table(["subscribers", "selected", "mode", "delivered records/s per subscriber",
-                       "bytes / delivered record", "subscriber CPU s / M delivered",
+    out.append(_table(["subscribers", "via", "selected", "mode",
+                       "delivered records/s per subscriber", "bytes / delivered record",
+                       "upstream bytes / delivered record", "subscriber CPU s / M delivered",
                        "publisher CPU s / M delivered"], rows))
     out.append("\nFiltering moves work from the subscribers to the publisher: it decodes, filters "
                "and re-encodes each message once per distinct filter in Python, so with one "
                "subscriber the publisher's CPU per delivered record grows while the network and "
                "the subscriber's CPU shrink; with many subscribers sharing a filter the one "
                "encoding is shared.\n")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# CURVE (issue 15)
+
+def _security_section(c) -> list[str]:
+    out = ["## The cost of CURVE (`security`)\n",
+           f"{_mode(c)}. One publisher, one subscriber, msgpack dict records "
+           f"({c['records_per_message']} per message, {c['messages_per_epoch']} per epoch), "
+           f"credit flow control ({c['credit']} messages): plain TCP against CURVE with ZAP "
+           f"authentication and a `subscribe` grant (docs/security.md). Runs of "
+           f"{c['seconds_per_run']:g} s, {c['repeats']} paired, interleaved repeats "
+           "(`benchmarks/bench_security.py`).\n"]
+    rows = [(x["what"], _pm(x["paired"]) if x.get("paired") else "—") for x in c["ratios"]]
+    out.append(_table(["ratio", "median (min–max, n)"], rows))
+    by: dict = {}
+    for r in c["rows"]:
+        if r.get("ok"):
+            by.setdefault(r["variant"], []).append(r)
+    rows = [(v, _fmt_rate(median([r["records_per_s"] for r in rs])),
+             f"{median([r['pub_cpu_s_per_M'] for r in rs]):.2f}",
+             f"{median([r['sub_cpu_s_per_M'] for r in rs]):.2f}") for v, rs in sorted(by.items())]
+    out.append("\nMedians per variant:\n")
+    out.append(_table(["variant", "records/s", "publisher CPU s / M records",
+                       "subscriber CPU s / M records"], rows))
     return out
 
 

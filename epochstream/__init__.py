@@ -19,7 +19,8 @@ from .errors import (CatalogError, CatalogUnavailable, EpochstreamError, GroupSt
                      HistoryCorrupt, HistoryError, HistoryUnavailable, HistoryWriteError,
                      LeaseExpired, PartitionHeld, ProtocolError,
                      PublisherAborted, PublisherLost, SubscriberLagged, SubscriptionExpired,
-                     SubscriptionHeld, TopicClosed, TopicNotFound, WireError, FilterError)
+                     SubscriptionHeld, TopicClosed, TopicNotFound, WireError, FilterError,
+                     NotAuthorized)
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # the lazy names below, with their real types for type checke
     from .history import History as History
     from .group import EpochGroup as EpochGroup, Lease as Lease
     from .filters import Filter as Filter
+    from .security import Security as Security
 
 _LAZY = {
     "TOTAL": "order", "product": "order",
@@ -51,13 +53,14 @@ _LAZY = {
     "Catalog": "catalog",
     "Retention": "retention", "History": "history", "EpochGroup": "group", "Lease": "group",
     "Filter": "filters",
+    "Security": "security",
 }
 
 __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "TopicNotFound",
            "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", "HistoryError",
            "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
            "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed",
-           "CatalogUnavailable", "FilterError", *_LAZY]
+           "CatalogUnavailable", "FilterError", "NotAuthorized", *_LAZY]
 
 
 def __getattr__(name):

@@ -63,11 +63,12 @@ from .catalog_records import (ROW_COLUMNS, PartitionInfo, TopicInfo, encode_uppe
 from .catalog_schema import SCHEMA_VERSION, STATES, enable_wal, ensure_schema, retry_busy
 from .errors import CatalogError, PartitionHeld, TopicNotFound
 from .order import by_name
+from .security import Grant, check_grant, check_server_key
 
 __all__ = ["Catalog", "TopicInfo", "PartitionInfo", "default_catalog_path", "pid_alive", "ENV_VAR",
            "DEFAULT_DIR", "DEFAULT_FILE", "BUSY_TIMEOUT_S", "POLL_INTERVAL_S", "SCHEMA_VERSION",
            "STATES", "DurableInfo", "EpochRecord", "HistoryState", "GroupInfo", "is_catalog_url",
-           "URL_SCHEME"]
+           "URL_SCHEME", "Grant"]
 
 ENV_VAR = "EPOCHSTREAM_CATALOG"
 DEFAULT_DIR = ".epochstream"
@@ -114,9 +115,11 @@ def _resolve(path: str | os.PathLike) -> Path:
 
 
 def _topic_definition(topic: Any, order: Any, codec: Any, partitions: Any,
-                      schema: Any) -> tuple[str, str, int, str | None]:
-    """``create_topic``'s arguments checked: ``(order_name, codec, partitions, schema)`` as
-    stored (``order_name`` canonical, per ``order.by_name``). Raises :class:`CatalogError`."""
+                      schema: Any, partition_key: Any = None
+                      ) -> tuple[str, str, int, str | None, str | None]:
+    """``create_topic``'s arguments checked: ``(order_name, codec, partitions, schema,
+    partition_key)`` as stored (``order_name`` canonical, per ``order.by_name``). Raises
+    :class:`CatalogError`."""
     if not isinstance(topic, str) or not topic:
         raise CatalogError(f"topic name must be a non-empty string, got {topic!r}")
     order_name = order if isinstance(order, str) else getattr(order, "name", None)
@@ -133,7 +136,10 @@ def _topic_definition(topic: Any, order: Any, codec: Any, partitions: Any,
     if schema is not None and not isinstance(schema, str):
         raise CatalogError(f"topic {topic!r}: schema must be a str or None, got "
                            f"{type(schema).__name__}")
-    return order_name, codec, partitions, schema
+    if partition_key is not None and (not isinstance(partition_key, str) or not partition_key):
+        raise CatalogError(f"topic {topic!r}: partition_key must be a column name or None, got "
+                           f"{partition_key!r}")
+    return order_name, codec, partitions, schema, partition_key
 
 
 class Catalog(HistoryCatalog, GroupCatalog):
@@ -303,43 +309,49 @@ class Catalog(HistoryCatalog, GroupCatalog):
         """``topic``'s :class:`TopicInfo` with its partitions sorted by index (liveness judged
         now), or ``None`` if there is no such topic."""
         row = conn.execute(
-            "SELECT name, order_name, codec, partitions, schema FROM topics WHERE name = ?",
-            (topic,)).fetchone()
+            "SELECT name, order_name, codec, partitions, schema, partition_key FROM topics "
+            "WHERE name = ?", (topic,)).fetchone()
         if row is None:
             return None
         parts = conn.execute(
             f"SELECT {ROW_COLUMNS} FROM partitions WHERE topic = ? ORDER BY idx",
             (topic,)).fetchall()
         return TopicInfo(name=row[0], order_name=row[1], codec=row[2], partitions=row[3],
-                         schema=row[4], partition_info=tuple(partition_from_row(p) for p in parts))
+                         schema=row[4], partition_info=tuple(partition_from_row(p) for p in parts),
+                         partition_key=row[5])
 
     # ---- topics
 
     def create_topic(self, topic: str, *, order: Any = "total", codec: str = "msgpack",
-                     partitions: int = 1, schema: str | None = None) -> TopicInfo:
+                     partitions: int = 1, schema: str | None = None,
+                     partition_key: str | None = None) -> TopicInfo:
         """Define ``topic`` and return its :class:`TopicInfo`.
 
         - ``order``: an order object (anything with ``.name``, e.g. ``order.TOTAL``,
           ``order.product(2)``) or its name (``"total"``, ``"product(n)"``); stored by name;
         - ``codec``: payload codec name (``"msgpack"``, ``"arrow"``);
         - ``partitions``: number of partitions, an int ``>= 1``;
-        - ``schema``: optional ``str`` describing the payload (e.g. an Arrow schema as text/JSON).
+        - ``schema``: optional ``str`` describing the payload (e.g. an Arrow schema as text/JSON);
+        - ``partition_key``: a key column for a key-partitioned topic (records go to the
+          partition :func:`epochstream.partitioning.partition_of` their key), else ``None``.
 
         Idempotent: if the topic exists with the identical definition nothing changes. Raises
         :class:`CatalogError` if it exists with a different definition (the message names both),
         or if an argument is invalid (unknown order name, ``partitions < 1``, empty names)."""
-        wanted = _topic_definition(topic, order, codec, partitions, schema)
+        wanted = _topic_definition(topic, order, codec, partitions, schema, partition_key)
         with self._write() as conn:
             row = conn.execute(
-                "SELECT order_name, codec, partitions, schema FROM topics WHERE name = ?",
-                (topic,)).fetchone()
+                "SELECT order_name, codec, partitions, schema, partition_key FROM topics "
+                "WHERE name = ?", (topic,)).fetchone()
             if row is None:
                 conn.execute(
-                    "INSERT INTO topics (name, order_name, codec, partitions, schema, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)", (topic, *wanted, time.time()))
+                    "INSERT INTO topics (name, order_name, codec, partitions, schema, "
+                    "partition_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (topic, *wanted, time.time()))
             elif tuple(row) != wanted:
-                have = TopicInfo(topic, *row, partition_info=())
-                want = TopicInfo(topic, *wanted, partition_info=())
+                have = TopicInfo(topic, *row[:4], partition_info=(), partition_key=row[4])
+                want = TopicInfo(topic, *wanted[:4], partition_info=(),
+                                 partition_key=wanted[4])
                 raise CatalogError(
                     f"topic {topic!r} already exists with a different definition: existing "
                     f"({have.describe()}) vs requested ({want.describe()}); drop it first "
@@ -400,7 +412,7 @@ class Catalog(HistoryCatalog, GroupCatalog):
                            ingest: str | None = None, pid: int | None = None,
                            incarnation: str | None = None, upper: Any = (),
                            lease: float | None = None, host: str | None = None,
-                           pid_start: float | None = None) -> str:
+                           pid_start: float | None = None, server_key: str | None = None) -> str:
         """Claim ``partition`` of ``topic`` for the publisher at ``endpoint``; return its incarnation.
 
         - ``partition``: int, ``0 <= partition < partitions`` (else :class:`CatalogError`);
@@ -415,7 +427,9 @@ class Catalog(HistoryCatalog, GroupCatalog):
           :meth:`heartbeat` (:meth:`record_upper` renews it too), and its pid is not checked
           (the network catalog's client registers this way, :mod:`epochstream.catalog_client`);
         - ``host``, ``pid_start``: the publisher's machine and process start time (default:
-          this machine, and the start time of ``pid`` here).
+          this machine, and the start time of ``pid`` here);
+        - ``server_key``: the publisher's CURVE public key (40 Z85 characters) when it serves
+          with ``security=``, else ``None`` (:attr:`PartitionInfo.server_key`).
 
         Sets state ``live``, stores ``upper``, stamps ``updated_at = time.time()``. Raises
         :class:`TopicNotFound` if the topic does not exist, :class:`PartitionHeld` if a
@@ -429,6 +443,10 @@ class Catalog(HistoryCatalog, GroupCatalog):
         if not isinstance(endpoint, str) or not endpoint:
             raise CatalogError(f"endpoint must be a non-empty string, got {endpoint!r}")
         upper_text = encode_upper(upper)
+        try:
+            server_key = check_server_key(server_key)
+        except ValueError as e:
+            raise CatalogError(str(e)) from None
         pid = os.getpid() if pid is None else int(pid)
         incarnation = uuid.uuid4().hex if incarnation is None else str(incarnation)
         pid, pid_start, host, lease = check_holder(pid, pid_start, host, lease)
@@ -436,10 +454,10 @@ class Catalog(HistoryCatalog, GroupCatalog):
             self._check_claim(conn, topic, partition, incarnation)
             conn.execute(
                 "INSERT OR REPLACE INTO partitions (topic, idx, endpoint, ingest, state, "
-                "incarnation, pid, pid_start, host, upper, updated_at, lease) "
-                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?)",
+                "incarnation, pid, pid_start, host, upper, updated_at, lease, server_key) "
+                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (topic, partition, endpoint, ingest, incarnation, pid, pid_start, host,
-                 upper_text, time.time(), lease))
+                 upper_text, time.time(), lease, server_key))
         return incarnation
 
     def _check_claim(self, conn: sqlite3.Connection, topic: str, partition: int,
@@ -525,3 +543,53 @@ class Catalog(HistoryCatalog, GroupCatalog):
                 "UPDATE partitions SET updated_at = ? WHERE topic = ? AND idx = ? "
                 "AND incarnation = ?", (time.time(), topic, partition, incarnation))
             return cur.rowcount > 0
+
+    # ---- grants (docs/security.md)
+
+    def grant(self, principal: str, topic_pattern: str, op: str) -> Grant:
+        """Let ``principal`` (a client's CURVE public key in Z85, the name of its certificate in
+        a publisher's ``allow`` directory, or ``"*"``: any authenticated peer) do ``op``
+        (``"subscribe"``, ``"publish"`` or ``"admin"``, which implies the others) on every topic
+        matching ``topic_pattern`` (``fnmatch``: ``*``, ``?``, ``[seq]``; case-sensitive).
+        Returns the :class:`~epochstream.security.Grant`. Idempotent. Secured publishers see a
+        new grant within about a second (:data:`~epochstream.security.GRANTS_REFRESH_S`).
+        Raises :class:`CatalogError` for an invalid argument."""
+        try:
+            g = check_grant(principal, topic_pattern, op)
+        except ValueError as e:
+            raise CatalogError(str(e)) from None
+        with self._write() as conn:
+            conn.execute("INSERT OR IGNORE INTO grants (principal, pattern, op, created_at) "
+                         "VALUES (?, ?, ?, ?)", (g.principal, g.pattern, g.op, time.time()))
+        return g
+
+    def revoke(self, principal: str, topic_pattern: str | None = None,
+               op: str | None = None) -> int:
+        """Delete ``principal``'s grants: those with exactly this ``topic_pattern`` (``None``:
+        every pattern) and ``op`` (``None``: every op). Returns how many were deleted. A secured
+        publisher drops a subscriber it no longer authorises within about a second. Raises
+        :class:`CatalogError` for an invalid argument."""
+        try:
+            check_grant(principal, "*" if topic_pattern is None else topic_pattern,
+                        "admin" if op is None else op)
+        except ValueError as e:
+            raise CatalogError(str(e)) from None
+        sql, args = "DELETE FROM grants WHERE principal = ?", [principal]
+        if topic_pattern is not None:
+            sql, args = sql + " AND pattern = ?", args + [topic_pattern]
+        if op is not None:
+            sql, args = sql + " AND op = ?", args + [op]
+        with self._write() as conn:
+            return conn.execute(sql, args).rowcount
+
+    def grants(self, topic: str | None = None, principal: str | None = None) -> list[Grant]:
+        """The grants, sorted by principal, pattern and op: all of them, or those whose pattern
+        matches ``topic`` (``fnmatch.fnmatchcase``) and/or that name ``principal``."""
+        import fnmatch
+
+        with self._connect() as conn:
+            rows = conn.execute("SELECT principal, pattern, op FROM grants "
+                                "ORDER BY principal, pattern, op").fetchall()
+        return [Grant(*r) for r in rows
+                if (topic is None or fnmatch.fnmatchcase(topic, r[1]))
+                and (principal is None or r[0] == principal)]

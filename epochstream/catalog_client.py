@@ -345,11 +345,13 @@ class RemoteCatalog(Catalog):
     # ---- the methods that do more than forward
 
     def create_topic(self, topic: str, *, order: Any = "total", codec: str = "msgpack",
-                     partitions: int = 1, schema: str | None = None) -> TopicInfo:
-        order_name, codec, partitions, schema = _topic_definition(topic, order, codec,
-                                                                  partitions, schema)
+                     partitions: int = 1, schema: str | None = None,
+                     partition_key: str | None = None) -> TopicInfo:
+        order_name, codec, partitions, schema, partition_key = _topic_definition(
+            topic, order, codec, partitions, schema, partition_key)
+        extra = {} if partition_key is None else {"partition_key": partition_key}
         return self._call("create_topic", topic, order=order_name, codec=codec,
-                          partitions=partitions, schema=schema)
+                          partitions=partitions, schema=schema, **extra)
 
     def lookup(self, topic: str, wait: float = 0.0) -> TopicInfo:
         deadline = time.monotonic() + max(0.0, float(wait))
@@ -373,11 +375,12 @@ class RemoteCatalog(Catalog):
                            ingest: str | None = None, pid: int | None = None,
                            incarnation: str | None = None, upper: Any = (),
                            lease: float | None = None, host: str | None = None,
-                           pid_start: float | None = None) -> str:
+                           pid_start: float | None = None, server_key: str | None = None) -> str:
         me = self._holder(pid, pid_start, host)
         inc = self._call("register_partition", topic, partition, endpoint, ingest=ingest,
                          incarnation=incarnation, upper=upper,
-                         lease=self.lease if lease is None else lease, **me)
+                         lease=self.lease if lease is None else lease, server_key=server_key,
+                         **me)
         self._hold(("p", topic, partition), inc)
         return inc
 
@@ -424,6 +427,14 @@ class RemoteCatalog(Catalog):
         me = self._holder(pid, pid_start, host)
         return self._call("group_claim_apply", topic, name, worker, lease, exhausted, position,
                           fingerprint, **me)
+
+    def grant(self, principal: str, topic_pattern: str, op: str) -> Any:
+        # positional: a keyword ``op`` would collide with _call's own first parameter
+        return self._call("grant", principal, topic_pattern, op)
+
+    def revoke(self, principal: str, topic_pattern: str | None = None,
+               op: str | None = None) -> int:
+        return self._call("revoke", principal, topic_pattern, op)
 
     # ---- no SQLite here
 

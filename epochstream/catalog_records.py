@@ -26,7 +26,7 @@ __all__ = ["PartitionInfo", "TopicInfo", "ROW_COLUMNS", "partition_from_row", "e
            "decode_upper"]
 
 ROW_COLUMNS = ("idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, "
-               "updated_at, lease")
+               "updated_at, lease, server_key")
 """The ``partitions`` columns :func:`partition_from_row` reads, in order (for a ``SELECT``)."""
 
 
@@ -77,7 +77,10 @@ class PartitionInfo:
     - ``lease``: seconds, or ``None``. A partition registered through the network catalog
       (:mod:`epochstream.catalog_client`) holds a lease renewed by its publisher's heartbeats
       (each renewal stamps ``updated_at``): it is ``"dead"`` once ``updated_at + lease`` has
-      passed, and its pid is not checked. ``None``: liveness is the pid check.
+      passed, and its pid is not checked. ``None``: liveness is the pid check;
+    - ``server_key``: the publisher's CURVE public key (Z85 text) when it serves with
+      ``security=`` (a subscriber with ``Security.curve(server_public=None)`` connects with it),
+      ``None`` for plain TCP (docs/security.md).
     """
 
     index: int
@@ -91,6 +94,7 @@ class PartitionInfo:
     host: str | None = None
     pid_start: float | None = None
     lease: float | None = None
+    server_key: str | None = None
 
     @property
     def alive(self) -> bool:
@@ -111,6 +115,8 @@ class TopicInfo:
     partitions: int
     schema: str | None
     partition_info: tuple[PartitionInfo, ...]
+    partition_key: str | None = None
+    """The key column of a key-partitioned topic (:mod:`epochstream.partitioning`), else None."""
 
     @property
     def order(self):
@@ -139,17 +145,20 @@ class TopicInfo:
     def describe(self) -> str:
         """The definition as one line of text (for error messages): order, codec, partitions,
         schema."""
+        key = "" if self.partition_key is None else f", partition_key={self.partition_key!r}"
         return (f"order={self.order_name!r}, codec={self.codec!r}, partitions={self.partitions}, "
-                f"schema={self.schema!r}")
+                f"schema={self.schema!r}{key}")
 
 
 def partition_from_row(row) -> PartitionInfo:
     """The :class:`PartitionInfo` of one ``partitions`` row read with :data:`ROW_COLUMNS`; a
     ``live`` row whose process is not running now (or whose lease expired) gets state
     ``"dead"``."""
-    idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, updated_at, lease = row
+    (idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, updated_at, lease,
+     server_key) = row
     if state == "live" and not holder_alive(pid, pid_start, host, lease, updated_at):
         state = "dead"
     return PartitionInfo(index=idx, endpoint=endpoint, ingest=ingest, state=state,
                          incarnation=incarnation, pid=pid, upper=decode_upper(upper),
-                         updated_at=updated_at, host=host, pid_start=pid_start, lease=lease)
+                         updated_at=updated_at, host=host, pid_start=pid_start, lease=lease,
+                         server_key=server_key)

@@ -22,9 +22,9 @@ embedded catalog returns. An array whose first element is the empty extension va
 tuples); one that starts with :data:`EXT_RECORD` (``ext(2, b"")``) is ``[marker, type name,
 field values...]`` of one of the dataclasses in :data:`RECORD_TYPES` (``TopicInfo``,
 ``PartitionInfo``, ``EpochRecord``, ``HistoryState``, ``SegmentStat``, ``DurableInfo``,
-``GroupInfo``, ``Claimed``, ``ClaimView``, ``GroupEpoch``, ``EpochState``). Decoding builds only
-those types (their ``__init__`` stores fields, nothing else runs); any other extension, or a
-marker anywhere but at the head of an array, is refused.
+``GroupInfo``, ``Claimed``, ``ClaimView``, ``GroupEpoch``, ``EpochState``, ``Grant``).
+Decoding builds only those types (their ``__init__`` stores fields, nothing else runs); any
+other extension, or a marker anywhere but at the head of an array, is refused.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from .catalog_records import PartitionInfo, TopicInfo
 from .errors import CatalogError
 from .leases import EpochState
 from .retention import SegmentStat
+from .security import Grant
 
 __all__ = ["OPS", "RECORD_TYPES", "BUILTIN_ERRORS", "EXT_TUPLE", "EXT_RECORD", "MAX_ARGS",
            "MAX_ENVELOPE_FRAMES", "MAX_ENVELOPE_BYTES", "MAX_REQUEST_BYTES", "encode",
@@ -62,6 +63,8 @@ OPS = frozenset({
     # as group_claim_read + its decide + group_claim_apply
     "group_open", "group_info", "groups", "group_drop", "group_settle", "group_stop",
     "group_reset", "group_claim_read", "group_claim_apply", "group_epochs",
+    # grants (catalog.py, docs/security.md)
+    "grant", "revoke", "grants",
     # the service itself
     "hello",
 })
@@ -71,7 +74,7 @@ else is ever called, whatever a request names."""
 
 RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     TopicInfo, PartitionInfo, EpochRecord, HistoryState, SegmentStat, DurableInfo, GroupInfo,
-    Claimed, ClaimView, GroupEpoch, EpochState)}
+    Claimed, ClaimView, GroupEpoch, EpochState, Grant)}
 """The dataclasses a value may carry (:data:`EXT_RECORD`), by class name."""
 
 BUILTIN_ERRORS: dict[str, type] = {cls.__name__: cls for cls in (

@@ -16,6 +16,8 @@ Schema
     codec       TEXT NOT NULL      -- payload codec, e.g. "msgpack" or "arrow"
     partitions  INTEGER NOT NULL   -- number of partitions, >= 1
     schema      TEXT               -- optional payload schema (e.g. an Arrow schema as text/JSON)
+    partition_key TEXT             -- (version 5) the key column of a key-partitioned topic, or
+                                   -- NULL (epochstream.partitioning)
     created_at  REAL NOT NULL      -- time.time() of creation, seconds since the epoch
 
 ``partitions`` — one row per *registered* partition of a topic (a partition that no publisher
@@ -42,7 +44,17 @@ has registered yet has no row)::
     lease       REAL               -- seconds (version 4), or NULL: a row registered through the
                                    -- network catalog is live while updated_at + lease >= now
                                    -- (renewed by heartbeats); NULL rows are judged by their pid
+    server_key  TEXT               -- (version 5) the publisher's CURVE public key, Z85, or NULL
+                                   -- (plain TCP): what a secured subscriber connects with
     PRIMARY KEY (topic, idx)
+
+``grants`` (version 5) — who may do what on which topics (:mod:`epochstream.security`)::
+
+    principal   TEXT NOT NULL      -- a client's CURVE public key (Z85), a certificate name, or '*'
+    pattern     TEXT NOT NULL      -- fnmatch pattern over topic names
+    op          TEXT NOT NULL      -- 'subscribe', 'publish' or 'admin' (admin implies the others)
+    created_at  REAL NOT NULL      -- time.time() of the grant
+    PRIMARY KEY (principal, pattern, op)
 
 ``history_partitions``, ``history_segments``, ``history_epochs`` (the index of each partition's
 epoch log) and ``durables`` (durable subscriptions): see :mod:`epochstream.catalog_history`,
@@ -50,7 +62,9 @@ which owns their DDL and every read and write of them; ``groups`` and ``group_ep
 (consumer groups): :mod:`epochstream.catalog_groups`. Version 4 adds the lease columns
 (:data:`LEASE_COLUMNS`): ``partitions.lease`` and ``durables.holder_lease`` (seconds) and
 ``durables.holder_seen`` (``time.time()`` of the holder's last renewal), all ``NULL`` for rows
-written by the embedded catalog.
+written by the embedded catalog. Version 5 adds ``partitions.server_key`` and the ``grants``
+table (:data:`SECURITY_COLUMNS`, :data:`GRANTS_DDL`); a version-4 file gains both, keeping
+every row (``server_key`` ``NULL``: plain TCP).
 
 The stored state is only ever one of :data:`STATES`; readers also report ``"dead"``
 (:mod:`epochstream.catalog_liveness`).
@@ -73,19 +87,36 @@ from .catalog_groups import GROUPS_DDL
 from .catalog_history import HISTORY_DDL
 from .errors import CatalogError
 
-__all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "STATES", "ensure_schema", "enable_wal", "check_version",
+__all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "SECURITY_COLUMNS", "GRANTS_DDL", "STATES",
+           "ensure_schema", "enable_wal", "check_version",
            "retry_busy", "is_busy"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated;
 1: before durable history — version 2 adds the ``history_*`` and ``durables`` tables; version 3
 the consumer groups' ``groups`` and ``group_epochs``; version 4 the lease columns of the network
-catalog, :data:`LEASE_COLUMNS`)."""
+catalog, :data:`LEASE_COLUMNS`; version 5 the CURVE server key of each partition,
+:data:`SECURITY_COLUMNS`, and the ``grants`` table, :data:`GRANTS_DDL`)."""
 
 LEASE_COLUMNS = (("partitions", "lease", "REAL"), ("durables", "holder_lease", "REAL"),
                  ("durables", "holder_seen", "REAL"))
 """``(table, column, type)`` added by schema version 4 (``ALTER TABLE ... ADD COLUMN``, to new
 files too, so every file has the same columns in the same order)."""
+
+SECURITY_COLUMNS = (("partitions", "server_key", "TEXT"), ("topics", "partition_key", "TEXT"))
+"""``(table, column, type)`` added by schema version 5 (after :data:`LEASE_COLUMNS`): the
+CURVE server key of each partition and the key column of a key-partitioned topic."""
+
+GRANTS_DDL = """
+CREATE TABLE IF NOT EXISTS grants (
+    principal   TEXT NOT NULL,
+    pattern     TEXT NOT NULL,
+    op          TEXT NOT NULL CHECK (op IN ('subscribe', 'publish', 'admin')),
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (principal, pattern, op)
+)
+"""
+"""The ``grants`` table of schema version 5 (module docstring)."""
 
 STATES = ("live", "closed", "aborted")
 """The states stored in ``partitions.state`` (readers also report ``"dead"``: module docstring)."""
@@ -213,7 +244,8 @@ def _create_or_migrate(conn: sqlite3.Connection) -> None:
     """Inside ``ensure_schema``'s transaction: create the tables of a new file, or migrate an
     older one keeping every row (version 0: rebuild ``partitions``, whose state CHECK lacks
     ``'aborted'``; versions 0 and 1: add the history tables; versions 0 to 3: add the lease
-    columns); then set the version."""
+    columns; versions 0 to 4: the server key column and the grants table); then set the
+    version."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
                        "AND name = 'partitions'").fetchone() is not None
@@ -226,9 +258,9 @@ def _create_or_migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE partitions_v1 RENAME TO partitions")
     elif not old:
         conn.execute(_PARTITIONS_DDL.format(name="partitions"))
-    for ddl in (*HISTORY_DDL, *GROUPS_DDL):  # versions 1 and 2: new tables only
+    for ddl in (*HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL):  # versions 1, 2 and 4: new tables only
         conn.execute(ddl)
-    for table, column, kind in LEASE_COLUMNS:  # version 3 and before: new nullable columns
+    for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS):  # new nullable columns
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         if column not in have:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")

@@ -22,6 +22,8 @@ Commands (``epochstream COMMAND --help`` for each):
   subscriptions, consumer groups and epoch logs.
 - ``epochstream catalog serve [--db PATH] [--bind tcp://HOST:PORT]`` — run the network catalog
   (:mod:`epochstream.catalog_server`) until SIGINT/SIGTERM.
+- ``epochstream keys generate DIR NAME``, ``grant add|revoke|ls`` — CURVE key pairs and the
+  catalog's grants (docs/security.md; :mod:`epochstream._cli.keys`, :mod:`epochstream._cli.grants`).
 - ``epochstream demo [--days N] [--pace S] [--catalog PATH] [--master URL]`` — run the bundled
   demo (``--master spark://HOST:PORT``: on a Spark cluster; ``make demo-cluster``).
 - ``epochstream --version``; ``python -m epochstream`` is the same command.
@@ -61,7 +63,9 @@ from ._cli.formats import fmt_bytes
 from ._cli.groups import (find_group, group_durable_json, group_durable_rows, group_json,
                           group_units, groups_table, info_json, info_lines, refuse_if_leased,
                           reset_check, stopped_notice)
+from ._cli.grants import grant_app
 from ._cli.history import HistoryWriter, delete_logs, print_history
+from ._cli.keys import keys_app
 from ._cli.lookup import find_topic, publishers
 from ._cli.positions import TIME_HELP, fmt_position, parse_position
 # EXIT_CLOSED and EXIT_UNKNOWN_TOPIC (both EXIT_USAGE) stay importable from here for callers of
@@ -666,6 +670,14 @@ def catalog_serve(
 ) -> None:
     from ._cli.catalog_serve import serve
     serve(db, bind)
+
+
+# ---- security (docs/security.md) --------------------------------------------------------------
+
+
+app.add_typer(keys_app, name="keys", short_help="CURVE key pairs: keys generate DIR NAME.")
+app.add_typer(grant_app, name="grant",
+              short_help="Who may subscribe to which topics: grant add|revoke|ls.")
 
 
 # ---- relay ------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ everything of ours in one clause and still tell the cases apart:
 - :class:`LeaseExpired`, :class:`GroupStopped` — consumer groups (docs/consumers.md).
 - :class:`TopicClosed` — a ``start="latest"`` subscriber found every partition closed and no new
   publisher within its ``wait``.
+- :class:`NotAuthorized` — a secured publisher refused this subscriber: no ``subscribe`` grant
+  for the topic, or the two sides' security does not match (docs/security.md).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "To
            "PartitionHeld", "CatalogUnavailable", "SubscriberLagged", "PublisherLost",
            "PublisherAborted", "HistoryError",
            "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
-           "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed", "FilterError"]
+           "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed", "FilterError",
+           "NotAuthorized"]
 
 
 class EpochstreamError(Exception):
@@ -191,3 +194,19 @@ class FilterError(EpochstreamError, ValueError):
     """A record filter (``keys``/``columns``/``where``, :mod:`epochstream.filters`) that is
     malformed — an op not in ``== != < <= > >= in``, a value that is not a scalar, too many keys
     — or that does not fit the data (a column the records lack, values of another type)."""
+
+
+class NotAuthorized(EpochstreamError):
+    """A secured publisher refused this subscriber (its ``X error`` with reason
+    ``not_authorised``): the subscriber's key (``principal``, Z85) holds no ``subscribe`` grant
+    for ``topic`` in the catalog, or its grant was revoked; nothing of the stream was delivered
+    after the refusal. Also raised before connecting when the two sides cannot meet: the catalog
+    records a CURVE key for ``partition`` and the subscriber has no ``security=``, or the
+    reverse (docs/security.md)."""
+
+    def __init__(self, message: str, *, topic: str = "", partition: int | None = None,
+                 principal: str = ""):
+        self.topic = topic
+        self.partition = partition
+        self.principal = principal
+        super().__init__(message)

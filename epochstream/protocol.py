@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable
 
 from .errors import ProtocolError
 from .events import DataMessage, Epoch, InitialFrontierSnapshot, LowerFrontierUpdate
-from .frontier import Antichain, MutableAntichain, apply_changes
+from .frontier import Antichain, MutableAntichain, apply_changes, join
 from .order import dual, linear_extension
 
 __all__ = ["PublisherProtocol", "SubscriberProtocol", "EpochAssembler"]
@@ -301,6 +301,23 @@ class SubscriberProtocol:
             raise ProtocolError(
                 f"data at time {time!r} is behind the merged lower frontier {list(self.lower)!r}")
         return [DataMessage(time, data, nbytes)]
+
+    def raise_floor(self, floor) -> None:
+        """Also drop data not at or beyond ``floor`` (times, an antichain; the join with the
+        floor already set): a relay that had to widen its upstream subscription serves a
+        joining subscriber only from there (docs/filters.md, "Relays"). Only before ``ready``
+        (afterwards part of an epoch could already have been passed on): else
+        :class:`ProtocolError`, and for malformed times."""
+        if self._ready:
+            raise ProtocolError("a floor arrived after every partition's snapshot")
+        check = self._check or (lambda t: t)
+        floor = [check(t) for t in floor]
+        if not floor:
+            raise ProtocolError("an empty floor (no time at or beyond it)")
+        if self._floor is not None:
+            floor = list(join(self.order, self._floor.elements, floor))
+        self._floor = Antichain(self.order, floor)
+        self.version += 1
 
     # -- input -----------------------------------------------------------------------------
     def receive(self, partition: int, message) -> list:

@@ -539,7 +539,7 @@ def test_garbage_requests_get_error_replies(server):
         (pk({"op": "lookup", "args": [[1, mark]]}), "first element"),
         (pk({"op": "lookup", "args": [], "kwargs": {"topic": mark}}), "first element"),
         (pk({"op": "lookup", "args": [record("os.system", "ls")]}), "record array"),
-        (pk({"op": "lookup", "args": [record("TopicInfo", "x")]}), "has 6 fields"),
+        (pk({"op": "lookup", "args": [record("TopicInfo", "x")]}), "has 7 fields"),
         (pk({"op": "history_commit", "args": ["t", 0], "kwargs": {
             "epochs": [record("EpochRecord", 0, {"x": 1}, 0, "e", 1, 1, 1, 1.0)],
             "lower": [1], "upper": [1], "segment": 0, "committed": 0}}), ""),

@@ -32,7 +32,7 @@ from hypothesis import assume, given, settings, strategies as st
 import epochstream.filters
 from epochstream.errors import FilterError, ProtocolError
 from epochstream.filters import (MAX_CONJUNCTS, MAX_ENTRIES, MAX_KEYS, OPS, Filter, Program,
-                                 boundary, union_arrow, union_records)
+                                 boundary, union_arrow, union_records, cover, covers)
 from epochstream.order import TOTAL, check_time, dual, product
 from epochstream.transport.interest import ALL, SKIP, Interest, sent_filter
 
@@ -876,3 +876,114 @@ def test_what_a_publisher_sends_can_be_rechecked():
     table = pa.Table.from_pylist(rows)
     for union in (sent.apply_arrow(table, key="k"), union_arrow((sent, g), table, key="k")):
         assert f.apply_arrow(union, key="k").to_pylist() == [{"y": 1}]
+
+
+# =============================================================================================
+# cover / covers: what a relay asks upstream for (docs/filters.md, "Relays")
+
+@st.composite
+def rows_and_filters(draw):
+    kinds, rows, _, first = draw(table_and_filter())
+    more = draw(st.lists(filter_on(kinds), max_size=3))
+    return rows, [first, *more]
+
+
+def _reapplied(f: Filter, through: Filter, rows) -> list:
+    """``f`` applied downstream to what ``through`` let through (as a relay serves it)."""
+    return f.apply_records(through.apply_records(rows, key="k"), key="k")
+
+
+@settings(max_examples=150)
+@given(rows_and_filters())
+def test_a_cover_serves_every_filter_it_covers_exactly(case):
+    """Sound: every filter gets exactly its records when applied again to what the cover let
+    through; and covers() says so."""
+    rows, fs = case
+    c = cover(fs, key="k")
+    for f in fs:
+        assert covers(c, f, key="k"), (c, f)
+        assert _canon(_reapplied(f, c, rows)) == _canon(f.apply_records(rows, key="k"))
+
+
+@settings(max_examples=150)
+@given(rows_and_filters(), filters())
+def test_covers_is_never_wrong_when_it_says_yes(case, parts):
+    """covers(wide, narrow) == True implies narrow applied after wide is narrow alone."""
+    rows, fs = case
+    wide, narrow = fs[0], fs[-1]
+    if covers(wide, narrow, key="k"):
+        assert _canon(_reapplied(narrow, wide, rows)) == _canon(narrow.apply_records(rows, key="k"))
+
+
+def test_cover_examples():
+    aa, ua = Filter(keys=["AA"], columns=["delay"]), Filter(keys=["UA"], columns=["day"])
+    c = cover([aa, ua], key="carrier")
+    assert c == Filter(keys=["AA", "UA"], columns=["delay", "carrier", "day"])
+    assert cover([aa, Filter()], key="carrier") == Filter()          # one takes everything
+    assert cover([], key="carrier") == Filter()
+    assert not covers(aa, ua, key="carrier") and not covers(Filter(keys=["AA"]), Filter())
+    # a projection must keep what a conjunct reads downstream
+    f = Filter(columns=["a"], where=[("b", ">", 1)])
+    assert not covers(f, f) and covers(cover([f]), f)
+    # too big for the wire: the cover only grows
+    big = [Filter(keys=[f"k{i}-{j}" for j in range(2000)]) for i in range(4)]
+    assert cover(big, key="k") == Filter()
+
+
+@st.composite
+def near_pairs(draw):
+    """(rows, wide, narrow): wide made from narrow by dropping conjuncts and changing the value
+    sets of its keys and ==/in conjuncts — the pairs where covers() has something to decide."""
+    kinds, rows, _, narrow = draw(table_and_filter())
+
+    def values_near(values, kind):
+        keep = [v for v in values if draw(st.booleans())]
+        return keep + draw(st.lists(st.none() | TYPES[kind][1], max_size=2))
+
+    keys = narrow.keys
+    if keys is not None and draw(st.booleans()):
+        keys = values_near(keys, kinds["k"])
+    where = []
+    for col, op, v in narrow.where:
+        if draw(st.booleans()):
+            continue  # dropped: wide is wider there
+        if op in ("==", "in") and draw(st.booleans()):
+            v = values_near(v if op == "in" else [v], kinds[col])
+            op = "in"
+        where.append((col, op, v))
+    columns = narrow.columns
+    if columns is not None and draw(st.booleans()):
+        columns = draw(st.lists(st.sampled_from(sorted(kinds)), min_size=1, max_size=4))
+    try:
+        return rows, Filter(keys, columns, where), narrow
+    except FilterError:
+        assume(False)
+
+
+@settings(max_examples=300)
+@given(near_pairs())
+def test_covers_is_sound_on_near_pairs(case):
+    rows, wide, narrow = case
+    if covers(wide, narrow, key="k"):
+        assert _canon(_reapplied(narrow, wide, rows)) == _canon(narrow.apply_records(rows, key="k"))
+
+
+@pytest.mark.parametrize("wide, narrow, expected", [
+    (Filter(where=[("c", "in", [2])]), Filter(where=[("c", "==", 1)]), False),
+    (Filter(where=[("c", "in", [1, 2])]), Filter(where=[("c", "==", 1)]), True),
+    (Filter(where=[("c", "in", [1, 2])]), Filter(where=[("c", "in", [1, 3])]), False),
+    (Filter(where=[("c", "in", [1, True])]), Filter(where=[("c", "in", [1.0])]), False),
+    (Filter(where=[("c", "==", 1)]), Filter(where=[("c", "in", [1])]), False),  # in [1] ≠ == 1? sound: no
+    (Filter(where=[("c", ">", 1)]), Filter(where=[("c", ">", 2)]), False),      # incomplete, sound
+    (Filter(keys=[1, 2]), Filter(keys=[1]), True),
+    (Filter(keys=[1, 2]), Filter(keys=[3]), False),
+    (Filter(keys=[1]), Filter(where=[("k", "==", 1)]), True),                  # keys: a conjunct on k
+    (Filter(keys=[2]), Filter(where=[("k", "==", 1)]), False),
+    (Filter(columns=["a", "k"]), Filter(keys=[1], columns=["a"]), True),
+    (Filter(columns=["a"]), Filter(keys=[1], columns=["a"]), False),             # key column cut
+    (Filter(columns=["a", "b"]), Filter(columns=["a"], where=[("b", ">", 0)]), True),
+    (Filter(columns=["a"]), Filter(columns=["a"], where=[("b", ">", 0)]), False),
+    (Filter(columns=["a"]), Filter(), False),
+])
+def test_covers_examples(wide, narrow, expected):
+    assert covers(wide, narrow, key="k") is expected

@@ -29,8 +29,9 @@ from .. import wire
 from ..errors import ProtocolError
 from ..events import LowerFrontierUpdate
 from ..filters import MAX_WIRE_BYTES, Filter, FilterError, Program, boundary
-from ..frontier import Antichain, apply_changes
+from ..frontier import Antichain, apply_changes, join
 from ..order import dual
+from ..partitioning import partitions_for
 
 __all__ = ["Filtering"]
 
@@ -52,7 +53,23 @@ class Filtering:
         # answer a filter change; its data so far was filtered by the old program)
         self._data_upper = Antichain(dual(self.order))
         self._filter_wait: dict | None = None  # partition -> upper, while a change is pending
+        self._filter_floors: list = []  # floors a relay answered with (its upstream changed)
+        self._partitions_joined: set | None = None  # of a key-partitioned topic (None: all)
         self._filter_id: int | None = None
+
+    def _pruned(self, info) -> list:
+        """The partitions of key-partitioned topic ``info`` that hold none of the keys every
+        filter of the program asks for (none to skip when a filter has no keys): this
+        subscriber does not join them (docs/filters.md, "Key-partitioned topics")."""
+        key = getattr(info, "partition_key", None)
+        if key is None or self._program is None:
+            return []
+        filters = [f for _, f in self._program.entries]
+        if any(f.keys is None for f in filters):
+            return []
+        wanted = partitions_for((k for f in filters for k in f.keys), info.partitions)
+        self._partitions_joined = wanted
+        return [i for i in range(info.partitions) if i not in wanted]
 
     @property
     def record_filter(self) -> Filter:
@@ -67,6 +84,12 @@ class Filtering:
             self._topic_key = key
         elif meta.get("filters") == 1:
             self._keys_trusted = True
+        floor = meta.get("floor")
+        if floor is not None:  # a relay serves this join from there on (docs/filters.md)
+            if not isinstance(floor, (list, tuple)):
+                raise ProtocolError(f"partition {partition}: snapshot floor {floor!r:.80} is "
+                                    f"not a list of times")
+            self._protocol.raise_floor(floor)
         if self._filter_wait is not None:  # a re-join while a change is pending: its snapshot
             self._filter_wait[partition] = tuple(snap.upper)  # is its switch
 
@@ -75,8 +98,13 @@ class Filtering:
         if (self._filter_wait is None or msg.extra.get("id") != self._filter_id
                 or not isinstance(upper, (list, tuple))):
             return  # the answer to step 2, or to a change given up
+        floor = msg.extra.get("floor")
         try:
             check = self._check or (lambda t: t)
+            if floor is not None:
+                if not isinstance(floor, (list, tuple)) or not floor:
+                    raise ProtocolError(f"floor {floor!r:.80} is not a non-empty list of times")
+                self._filter_floors.append(tuple(check(t) for t in floor))
             self._filter_wait[partition] = tuple(check(t) for t in upper)
         except ProtocolError as e:
             raise ProtocolError(f"publisher of partition {partition} answered a filter update "
@@ -122,6 +150,13 @@ class Filtering:
         total and product."""
         new = Filter(keys, columns, where)
         boundary(self.order, [])  # NotImplementedError before anything is sent
+        joined = self._partitions_joined
+        if joined is not None and (new.keys is None or not partitions_for(
+                new.keys, self.partitions) <= joined):
+            raise FilterError(
+                f"topic {self.topic!r} is partitioned by key and this subscriber joined only "
+                f"partitions {sorted(joined)} (where its keys live): the new filter needs keys "
+                f"held there; subscribe anew for others")
         deadline = _time.monotonic() + timeout
         if not self.wait_ready(timeout):
             raise TimeoutError(f"topic {self.topic!r}: not every partition's snapshot arrived "
@@ -139,6 +174,7 @@ class Filtering:
         _check_size(old.with_change(new, boundary(self.order, [])))
         self._filter_id = next(_update_ids) % (1 << 31)
         self._filter_wait = {}
+        self._filter_floors = []
         self._program = pending
         self._send_program(self._filter_id)
         try:
@@ -158,6 +194,8 @@ class Filtering:
         finally:
             self._filter_wait = None
         b = boundary(self.order, uppers)
+        for floor in self._filter_floors:  # a relay widened its upstream from ``floor`` on:
+            b = join(self.order, b, floor)  # no epoch before it came under the new filter
         self._program = old.with_change(new, b)
         self._send_program(next(_update_ids) % (1 << 31))
         self.stats["filter_updates"] += 1

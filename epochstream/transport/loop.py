@@ -16,7 +16,7 @@ import zmq
 
 from .. import wire
 from ..errors import HistoryWriteError
-from ..filters import FilterError, Program, union_arrow, union_records
+from ..filters import Filter, FilterError, Program, union_arrow, union_records
 from ..order import check_time
 from ..events import InitialFrontierSnapshot
 from ..frontier import Antichain, apply_changes
@@ -25,14 +25,17 @@ from .fanout import Fanout
 from .handoff import Handoff
 from .history_server import HistoryServer
 from .interest import ALL, Interest, sent_filter
+from .upstream import HELLO, UPDATE, UpstreamCover
 from .sockets import SENT, transmit_to
 
-__all__ = ["PublisherLoop", "DATA", "FRONTIER", "SYNC", "ABORT", "STOP"]
+__all__ = ["PublisherLoop", "DATA", "FRONTIER", "SYNC", "ABORT", "STOP", "GATE"]
 
 log = logging.getLogger("epochstream.transport")
 
 # loop commands (caller thread -> loop thread): (kind, argument, frames)
 DATA, FRONTIER, SYNC, ABORT, STOP = "data", "frontier", "sync", "abort", "stop"
+#: a relay's upstream change is done: argument ``(cover, boundary, error)`` (docs/filters.md)
+GATE = "gate"
 
 #: payloads of at least this many bytes are wrapped in one ``zmq.Frame`` when the message goes
 #: to more than one peer: libzmq then shares the buffer (reference-counted) instead of copying
@@ -84,6 +87,15 @@ class PublisherLoop:
         self.key = getattr(p, "key", None)
         self.max_filter_classes = getattr(p, "max_filter_classes", 32)
         self._filtering = False
+        # a relay's publisher: downstream filters travel upstream (transport/upstream.py);
+        # ``gate.request(cover)`` asks the relay's thread to change its upstream subscription
+        self._gate = getattr(p, "gate", None)
+        self._upstream = None if self._gate is None else UpstreamCover(
+            self.order, self._gate.key)
+        self._last_narrow = float("-inf")
+        # security (docs/security.md): who may subscribe; the ZAP User-Id of the message at hand
+        self._authz = getattr(p, "_authz", None)
+        self._user: str | None = None
 
     def run(self) -> None:
         """The thread's body: serve until stopped; a failure is kept in :attr:`error`."""
@@ -158,6 +170,10 @@ class PublisherLoop:
             frames = wire.encode_heartbeat(list(self._loop_lower))
             self._fanout.probe(frames, self._transmit, now, all_peers=closing)
             self._log_evictions()
+            if self._upstream is not None and not closing:
+                self._gate_narrow(now)
+        if self._authz is not None:  # grants changed: drop peers no longer authorised
+            self._authz.enforce(self._fanout.peers, self._fanout.leave, self._transmit)
         if now - self._last_broadcast >= hb and not closing:
             self._last_broadcast = now
             self._fanout.broadcast(wire.encode_heartbeat(list(self._loop_lower)), self._transmit,
@@ -201,6 +217,8 @@ class PublisherLoop:
                 fanout.broadcast(frames, transmit, now)
                 if self._filtering:
                     self._interests_advance()
+                if self._upstream is not None:
+                    self._gate_frontier()
             elif kind is SYNC:
                 self._commit_log(now)
                 arg.set()
@@ -208,6 +226,8 @@ class PublisherLoop:
                 self._commit_log(now)
                 self._close_log()  # nothing more is logged: a successor may open the log now
                 self._abort_peers(arg)
+            elif kind is GATE:
+                self._gate_done(*arg)
             elif kind is STOP:
                 self._commit_log(now)
                 self._close_log()
@@ -270,6 +290,8 @@ class PublisherLoop:
             self._fanout.broadcast(frames, self._transmit, now)
         if self._filtering:
             self._interests_advance()
+        if self._upstream is not None:
+            self._gate_frontier()
 
     def _log_failed(self, e: HistoryWriteError) -> None:
         """The log failed: send no more data or frontier changes (no epoch it could not log
@@ -318,9 +340,13 @@ class PublisherLoop:
     def _handle_peers(self) -> None:
         """Read up to 256 subscriber messages. Peer input never ends the loop: a message that
         does not decode, or whose handling fails, is answered with ``X error`` and logged."""
+        authz = self._authz
         for _ in range(256):
             try:
-                frames = self._router.recv_multipart(zmq.NOBLOCK)
+                if authz is None:
+                    frames = self._router.recv_multipart(zmq.NOBLOCK)
+                else:  # with the connection's authenticated identity (ZAP User-Id)
+                    frames, self._user = authz.receive(self._router)
             except zmq.Again:
                 return
             ident = frames[0]
@@ -345,9 +371,16 @@ class PublisherLoop:
                     "error", "credit refused: not a registered flow-controlled subscriber"))
         elif kind == wire.BYE:
             fanout.leave(ident)
+            if self._upstream is not None:
+                self._upstream.drop(lambda item: item[0] == ident)
         elif kind == wire.UPDATE:
             self._update_filter(ident, header)
         elif kind == wire.READ:
+            refusal = (self._authz.refusal(self._user, "read history")
+                       if self._authz is not None else None)
+            if refusal is not None:
+                self._transmit(ident, refusal)
+                return
             refusal = (self._history.submit(ident, header) if self._history is not None else
                        wire.encode_notice(
                            "history", f"publisher of {self.topic!r} partition {self.partition} "
@@ -456,15 +489,21 @@ class PublisherLoop:
                 any_left = True
         self._filtering = any_left
 
-    def _update_filter(self, ident: bytes, header: dict) -> None:
+    def _update_filter(self, ident: bytes, header: dict, floor: tuple | None = None,
+                       gated: bool = False) -> None:
         """A ``u``: replace the peer's program; answer ``X filter`` with this partition's upper
-        frontier, in stream order (everything sent before it was filtered by the old one)."""
+        frontier, in stream order (everything sent before it was filtered by the old one), and
+        for a relay whose upstream had to widen first, the ``floor`` the change waited for."""
         peer = self._fanout.peers.get(ident)
         if peer is None or peer.evicted:
             self._transmit(ident, wire.encode_notice(
                 "error", "filter update refused: not a registered subscriber"))
             return
         program = self._program(header["filter"])  # FilterError: X error by _handle_peers
+        if self._upstream is not None and not gated:
+            self._upstream.drop(lambda item: item[0] == ident)  # a newer update replaces it
+            if self._gate_hold(UPDATE, ident, header, program):
+                return
         interest = peer.interest
         if interest is None:
             interest = Interest(self.order, (), program,
@@ -474,11 +513,22 @@ class PublisherLoop:
         interest.frontier(tuple(self._loop_lower))
         peer.interest = None if interest.trivial else interest
         self._filtering = self._filtering or peer.interest is not None
+        extra = {} if floor is None else {"floor": list(floor)}
         self._fanout.post(ident, wire.encode_notice(
             "filter", "filter updated", id=header["id"],
-            upper=list(self._loop_upper.elements)), self._transmit, _time.monotonic())
+            upper=list(self._loop_upper.elements), **extra), self._transmit, _time.monotonic())
 
-    def _hello(self, ident: bytes, header: dict) -> None:
+    def _hello(self, ident: bytes, header: dict, gated: bool = False,
+               floor: tuple | None = None) -> None:
+        if self._authz is not None and not gated:  # not authorised: X error, never registered
+            refusal = self._authz.refusal(self._user)  # (no S, no D); a gated hello was checked
+            if refusal is not None:
+                log.warning("%s/%s: refused hello from %r: not authorised (%s)", self.topic,
+                            self.partition, ident, self._user)
+                self._fanout.leave(ident)
+                self._transmit(ident, refusal)
+                return
+            self._authz.checked(ident, self._user)
         topic, partition = header["topic"], header["partition"]
         if topic != self.topic or partition != self.partition:
             msg = (f"this publisher serves {self.topic!r} partition {self.partition}, "
@@ -495,6 +545,10 @@ class PublisherLoop:
             log.warning("%s/%s: refused hello: %s", self.topic, self.partition, e)
             self._transmit(ident, wire.encode_notice("error", f"bad filter: {e}"))
             return
+        if self._upstream is not None and not gated:
+            self._upstream.drop(lambda item: item[0] == ident)
+            if self._gate_hold(HELLO, ident, header, program):
+                return
         snap = InitialFrontierSnapshot(tuple(self._loop_lower), self._loop_upper.elements)
         self._fanout.leave(ident)
         interest = Interest(self.order, snap.upper, program,
@@ -502,12 +556,90 @@ class PublisherLoop:
         frames = wire.encode_snapshot(
             snap, topic=self.topic, partition=self.partition, order=getattr(self.order, "name", ""),
             codec=self.codec.name, incarnation=self.incarnation, heartbeat=self.heartbeat_interval,
-            key=self.key if isinstance(self.key, str) else None, filters=1)
+            key=self.key if isinstance(self.key, str) else None, filters=1,
+            **({} if floor is None else {"floor": list(floor)}))
         if self._transmit(ident, frames) == SENT:
             peer = self._fanout.join(ident, header.get("credit"), header["id"],
                                      epochs=header.get("credit_unit") == "epochs")
+            if self._authz is not None:
+                self._authz.registered(ident)
             if not interest.trivial:
                 peer.interest = interest
                 self._filtering = True
+            if self._upstream is not None:
+                self._gate_narrow(_time.monotonic())
         else:
             log.warning("%s/%s: could not send a snapshot to %r", self.topic, self.partition, ident)
+
+    # -- a relay's publisher: subscriptions travel upstream (transport/upstream.py) ----------
+    def _live_filters(self) -> list:
+        """Every filter the subscribers served need (``Filter()`` for one served unfiltered)."""
+        out = []
+        for peer in self._fanout.peers.values():
+            interest = peer.interest
+            if interest is None or interest.program is None or interest.unfiltered:
+                out.append(Filter())
+            else:
+                out.extend(f for _, f in interest.program.entries)
+        return out
+
+    def _gate_hold(self, kind: str, ident: bytes, header: dict, program) -> bool:
+        """True if the hello or update must wait for a wider upstream subscription (then it
+        is held, or refused as busy)."""
+        up = self._upstream
+        needs = [Filter()] if program is None else [f for _, f in program.entries]
+        if up.admit(needs):
+            return False
+        if not up.hold(kind, (ident, header), needs):
+            self._transmit(ident, wire.encode_notice(
+                "error", f"relay {self.topic!r} is busy: too many subscribers wait for its "
+                         f"upstream subscription to widen; try again"))
+            return True
+        self.stats["gated"] += 1
+        self._gate_step()
+        return True
+
+    def _gate_narrow(self, now: float) -> None:
+        """Narrow the relay's upstream subscription to what its subscribers need, at most once
+        per heartbeat interval (the first subscriber's join narrows it at once)."""
+        if now - self._last_narrow < self.heartbeat_interval:
+            return
+        target = self._upstream.narrow(self._live_filters())
+        if target is not None:
+            self._last_narrow = now
+            self._gate.request(target)
+
+    def _gate_step(self) -> None:
+        """Serve the hellos and updates that may go now (with their floor); ask the relay for
+        a wider cover if some are still held."""
+        up = self._upstream
+        while up.ready:
+            kind, (ident, header), b = up.ready.pop(0)
+            if kind == HELLO:
+                self._hello(ident, header, gated=True, floor=b)
+                continue
+            try:
+                self._update_filter(ident, header, floor=b, gated=True)
+            except FilterError as e:
+                self._transmit(ident, wire.encode_notice("error", f"bad filter: {e}"))
+        target = up.request(self._live_filters())
+        if target is not None:
+            self._gate.request(target)
+
+    def _gate_done(self, target, b, error) -> None:
+        """The relay's thread changed its upstream subscription to ``target`` from ``b`` on
+        (or failed with ``error``, a str)."""
+        up = self._upstream
+        if error is not None:
+            for ident, _ in up.failed():
+                self._transmit(ident, wire.encode_notice(
+                    "error", f"relay {self.topic!r} could not widen its upstream subscription "
+                             f"for this filter: {error}"))
+            return
+        up.granted(target, b)
+        self._gate_frontier()
+        self._gate_step()
+
+    def _gate_frontier(self) -> None:
+        """The lower frontier moved: upstream changes it reached become the cover."""
+        self._upstream.frontier(tuple(self._loop_lower))

@@ -27,8 +27,10 @@ from ..errors import EpochstreamError, HistoryWriteError, ProtocolError
 from ..events import LowerFrontierUpdate
 from ..frontier import Antichain
 from ..order import TIME_MIN, TOTAL, by_name, check_time, dual
+from ..partitioning import HASH, PARTITIONINGS, check_records
 from ..protocol import PublisherProtocol
 from ..retention import Retention
+from ..security import Authorizer, Security
 from .fanout import Fanout
 from .handoff import Handoff
 from .loop import ABORT, DATA, FRONTIER, STOP, SYNC, PublisherLoop
@@ -196,10 +198,29 @@ class Publisher:
         (dict records or Arrow; sent to subscribers in the snapshot so they re-check it), or a
         function ``record -> key`` (msgpack records; such filters are always applied here).
         ``None``: subscribers asking for keys are refused.
+    partitioning:
+        ``None`` (the default) or ``"hash"``: a key-partitioned topic (needs ``key`` a column
+        name; recorded in the catalog as the topic's ``partition_key``). Each record must
+        belong to this partition, ``epochstream.partitioning.partition_of(record[key],
+        partitions) == partition`` (else ``send`` raises ``PartitioningError``;
+        ``partitioning.split`` divides records among partitions), so a subscriber with
+        ``keys=`` joins only the partitions that can hold its keys. ``send_encoded`` payloads
+        are not checked.
     max_filter_classes:
         the bound on distinct filter programs this partition encodes for (data is filtered and
         encoded once per distinct program and message); a subscriber joining beyond it is sent
         everything and filters itself, which stays correct (default 32, as seed 001 suggests).
+    security:
+        ``None`` (the default: plain TCP) or ``Security.curve(server_secret=..., allow=...)``
+        (docs/security.md): the ROUTER becomes a CURVE server with that key pair (its public
+        key is :attr:`server_key` and is registered in the catalog with the partition), clients
+        are authenticated by pyzmq's ZAP handler against the ``allow`` directory (``None``: any
+        client key). With a catalog, a subscriber's hello (and a history read) is served only if
+        its public key (or its certificate's name in ``allow``) holds a ``subscribe`` grant
+        matching the topic (``Catalog.grant``); otherwise it gets ``X error`` "not authorised
+        for topic ..." and nothing of the stream; grants are re-read every second and a
+        subscriber whose grant was revoked is dropped. Without a catalog, ``allow`` is the only
+        check.
 
     Flow control: a subscriber that opens with credit (``Subscriber(credit=N)``) is sent at most
     its granted ``D``/``F`` messages; beyond that its messages wait in its backlog, and when that
@@ -229,7 +250,8 @@ class Publisher:
                  coalesce_bytes: int = 64 << 10, credit_timeout: float = 30.0,
                  retention: Retention | None = None, context: zmq.Context | None = None,
                  advertise: str | None = None, key=None, max_filter_classes: int = 32,
-                 upper: list | None = None):
+                 upper: list | None = None, security: Security | None = None,
+                 partitioning: str | None = None, publisher_gate=None):
         if isinstance(order, str):
             order = by_name(order)
         if not isinstance(partition, int) or not 0 <= partition < partitions:
@@ -241,11 +263,28 @@ class Publisher:
         if key is not None and not (isinstance(key, str) or callable(key)):
             raise TypeError(f"key must be a column name or a function, got {type(key).__name__}")
         self.key = key
+        if partitioning not in PARTITIONINGS:
+            raise ValueError(f"partitioning must be None or {HASH!r}, got {partitioning!r}")
+        if partitioning is not None and not isinstance(key, str):
+            raise ValueError(f"partitioning={partitioning!r} needs the topic's key column "
+                             f"(key='column'), got key={key!r}")
+        self.partition_key = key if partitioning is not None else None
         self.max_filter_classes = int(max_filter_classes)
+        self.gate = publisher_gate  # a Relay: downstream filters travel upstream (internal)
         self.incarnation = uuid.uuid4().hex
         if isinstance(catalog, (str, os.PathLike)):  # a path, or a network catalog's URL
             catalog = Catalog(catalog)
         self._catalog = catalog
+        if security is not None and not isinstance(security, Security):
+            raise TypeError(f"security must be a Security or None, got {type(security).__name__}")
+        self.security = security if security is not None and security.enabled else None
+        if self.security is not None and not self.security.is_server:
+            raise ValueError("a publisher's security needs its key pair: "
+                             "Security.curve(server_secret=..., allow=...)")
+        #: this publisher's CURVE public key (Z85), registered in the catalog; None: plain TCP
+        self.server_key: str | None = (None if self.security is None
+                                       else self.security.server_public)
+        self._authz = None if self.security is None else Authorizer(topic, self.security, catalog)
         self._log: LogWriter | None = None
         self.retention = retention
         self._resumed_at: tuple | None = None  # the lower frontier taken from the epoch log
@@ -273,7 +312,8 @@ class Publisher:
         self._closer: threading.Thread | None = None
         self._ctx = context or zmq.Context.instance()
         self._router = bind_router(self._ctx, endpoint, sndhwm=sndhwm,
-                                   heartbeat_interval=self.heartbeat_interval)
+                                   heartbeat_interval=self.heartbeat_interval,
+                                   security=self.security)
         self.endpoint: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         self.advertised: str = advertised_endpoint(self.endpoint, advertise)
         self._handoff = Handoff(self._ctx, queue_hwm, lambda: self._thread.is_alive())
@@ -287,6 +327,8 @@ class Publisher:
                                         name=f"epochstream-pub-{topic}-{partition}")
         self._register(schema, ingest)
         self._thread.start()
+        if self._authz is not None:  # re-reads the grants while the loop runs
+            self._authz.start(self._thread.is_alive)
 
     def _open_log(self, retention: Retention, start, schema: str | None) -> tuple[list, list]:
         """Open (or recover) this partition's epoch log; return the ``(lower, upper)`` frontiers
@@ -297,7 +339,8 @@ class Publisher:
         if catalog is None:
             raise ValueError("retention needs a catalog: the epoch log's index lives there")
         catalog.create_topic(self.topic, order=order, codec=self.codec.name,
-                             partitions=self.partitions, schema=schema)
+                             partitions=self.partitions, schema=schema,
+                             **self._partitioned())
         fresh = [order.minimum if start is None else check_time(order, start)]
         prior = catalog.history_state(self.topic, self.partition)
         resumed = prior is not None and bool(prior.lower)
@@ -362,15 +405,21 @@ class Publisher:
                 f"those epochs are complete already (drop the topic to start afresh)")
         return [start], list(upper.elements)
 
+    def _partitioned(self) -> dict:
+        """The topic definition's ``partition_key`` (left out when not key-partitioned)."""
+        return {} if self.partition_key is None else {"partition_key": self.partition_key}
+
     def _register(self, schema: str | None, ingest: str | None) -> None:
         if self._catalog is None:
             return
         try:
             self._catalog.create_topic(self.topic, order=self.order, codec=self.codec.name,
-                                       partitions=self.partitions, schema=schema)
+                                       partitions=self.partitions, schema=schema,
+                                       **self._partitioned())
             self.incarnation = self._catalog.register_partition(
                 self.topic, self.partition, self.advertised, ingest=ingest,
-                incarnation=self.incarnation, upper=list(self._protocol.upper))
+                incarnation=self.incarnation, upper=list(self._protocol.upper),
+                **({} if self.server_key is None else {"server_key": self.server_key}))
         except BaseException:
             self._close_sockets()
             raise
@@ -438,7 +487,11 @@ class Publisher:
 
         Raises :class:`ProtocolError` if ``time`` has the wrong shape or no capability ``<= time``
         is held; :class:`WireError` if the records are not a sequence of records or the codec
-        cannot encode them. Nothing is sent and no state changes when it raises."""
+        cannot encode them; :class:`~epochstream.partitioning.PartitioningError` on a
+        key-partitioned topic for a record whose key belongs to another partition. Nothing is
+        sent and no state changes when it raises."""
+        if self.partition_key is not None:
+            check_records(records, self.partition_key, self.partition, self.partitions)
         self.send_encoded(time, self.codec.encode(records))
 
     def send_encoded(self, time, payload) -> None:

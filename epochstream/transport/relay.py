@@ -30,12 +30,15 @@ upstream topic ends (every partition closed) the relay closes downstream.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from typing import Any
 
 from ..errors import EpochstreamError
 from ..events import DataMessage, Gap, LowerFrontierUpdate
+from ..filters import Filter
 from ..frontier import apply_changes
+from .loop import GATE
 from .publisher import Publisher
 from .subscriber import Subscriber
 
@@ -47,7 +50,11 @@ log = logging.getLogger("epochstream.transport")
 class Relay:
     """``Relay(topic, catalog=None, *, tier="relay", endpoint="tcp://127.0.0.1:*",
     advertise=None, key=None, keys=None, columns=None, where=None, wait=10.0, timeout=10.0,
-    credit=1024, **publisher_options)``: see the module docstring. ``key``: the topic's key
+    credit=1024, security=None, upstream_security=None, **publisher_options)``: see the module
+    docstring. ``upstream_security``: the relay's client key pair upstream
+    (``Security.curve(client_secret=...)``, docs/security.md; it needs a ``subscribe`` grant
+    on ``topic``); ``security``: its downstream publisher's (``Security.curve(server_secret=...,
+    allow=...)``; grants for ``topic@tier``). ``key``: the topic's key
     for downstream ``keys=`` filters; ``keys``/``columns``/``where``: the relay's own filter
     upstream; ``credit``: flow control upstream (messages), so a relay that cannot keep up slows
     its upstream down rather than being evicted; ``publisher_options`` go to the downstream
@@ -59,12 +66,17 @@ class Relay:
     def __init__(self, topic: str, catalog=None, *, tier: str = "relay",
                  endpoint: str = "tcp://127.0.0.1:*", advertise: str | None = None, key=None,
                  keys=None, columns=None, where=None, wait: float = 10.0, timeout: float = 10.0,
-                 credit: int = 1024, **publisher_options: Any):
+                 credit: int = 1024, security=None, upstream_security=None,
+                 **publisher_options: Any):
         if not isinstance(tier, str) or not tier or "@" in tier:
             raise ValueError(f"tier must be a non-empty name without '@', got {tier!r}")
         self.topic, self.tier, self.name = topic, tier, f"{topic}@{tier}"
+        self.union = keys is None and columns is None and where is None
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()  # covers the loop asks for
+        self._timeout = float(timeout)
         self._up = Subscriber(topic, catalog, wait=wait, timeout=timeout, credit=credit,
-                              keys=keys, columns=columns, where=where)
+                              keys=keys, columns=columns, where=where,
+                              security=upstream_security)
         try:
             if not self._up.wait_ready(wait):
                 raise TimeoutError(f"relay of {topic!r}: not every partition's snapshot arrived "
@@ -72,21 +84,57 @@ class Relay:
             up = self._up
             lower = list(up.lower)
             upper = list(up.filter)  # the merged upper frontier its join drops
-            self._reencode = up._program is not None  # re-checked records are re-encoded
+            if key is None:
+                key = up._topic_key  # the upstream topic's key column, if it declares one
+            # keys travel upstream only when they mean the same there (the same key column)
+            self.key = key if isinstance(key, str) and key == up._topic_key else None
             self._down = Publisher(self.name, order=up.order, codec=up.codec.name,
                                    endpoint=endpoint, advertise=advertise,
                                    catalog=up._catalog, key=key, start=lower, upper=upper,
-                                   strict=False, **publisher_options)
+                                   strict=False, publisher_gate=self if self.union else None,
+                                   security=security, **publisher_options)
         except BaseException:
             self._up.close()
             raise
         self.endpoint = self._down.endpoint
         self.error: EpochstreamError | None = None
-        self.stats = {"data": 0, "frontier": 0}
+        self.stats = {"data": 0, "frontier": 0, "upstream_changes": 0}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"epochstream-relay-{self.name}")
         self._thread.start()
+
+    @property
+    def upstream_filter(self) -> Filter:
+        """The filter the relay's upstream subscription has now (``Filter()``: everything)."""
+        return self._up.record_filter
+
+    def request(self, target: Filter) -> None:
+        """Called by the downstream publisher's loop (any thread): change the upstream
+        subscription to ``target``; the relay's thread does it and reports back (``GATE``)."""
+        self._requests.put(target)
+
+    def _change_upstream(self) -> None:
+        """Make the upstream changes asked for (the relay's thread), each reported to the
+        downstream loop with its boundary, or with the error that prevented it."""
+        while True:
+            try:
+                target = self._requests.get_nowait()
+            except queue.Empty:
+                return
+            up = self._up
+            try:
+                b = up.update_filter(target.keys, target.columns, target.where,
+                                     timeout=self._timeout)
+                result = (target, b, None)
+                self.stats["upstream_changes"] += 1
+                log.info("relay %s: upstream filter now %r from %s on", self.name, target,
+                         list(b))
+            except (EpochstreamError, TimeoutError, NotImplementedError) as e:
+                result = (target, None, f"{type(e).__name__}: {e}")
+                log.warning("relay %s: could not change the upstream filter to %r: %s",
+                            self.name, target, e)
+            self._down._handoff.put_final((GATE, result, None))
 
     @property
     def publisher(self) -> Publisher:
@@ -99,10 +147,12 @@ class Relay:
         handed: dict = {}  # the merged lower frontier as the subscriber hands it out
         try:
             while not self._stop.is_set():
+                if self.union:
+                    self._change_upstream()
                 for m in up._poll(0.1):
                     kind = type(m)
                     if kind is DataMessage:
-                        if self._reencode:
+                        if up._program is not None:  # re-checked records are re-encoded
                             m = up._hand_out(m)
                             if m is None:
                                 continue

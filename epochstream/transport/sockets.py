@@ -23,6 +23,10 @@
   the pure :mod:`~epochstream.transport.fanout` policy acts on.
 - :func:`receive_from` — a non-blocking read of one multipart message (the subscriber's hot path).
 - :func:`inproc_pair` — the wake-up pipe between caller threads and a publisher's loop.
+
+Both socket makers take ``security=`` (:class:`~epochstream.security.Security` or ``None``):
+CURVE is set on the socket before it binds or connects (:func:`~epochstream.security.apply_server`,
+:func:`~epochstream.security.apply_client`); ``None`` leaves it plain TCP.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import os
 from typing import Callable
 
 import zmq
+
+from ..security import apply_client, apply_server
 
 __all__ = ["SENT", "FULL", "GONE", "bind_router", "connect_dealer", "transmit_to", "receive_from",
            "inproc_pair",
@@ -51,12 +57,18 @@ _ids = itertools.count()
 
 
 def bind_router(ctx: zmq.Context, endpoint: str, *, sndhwm: int,
-                heartbeat_interval: float) -> zmq.Socket:
+                heartbeat_interval: float, security=None) -> zmq.Socket:
     """A publisher's ROUTER bound to ``endpoint`` (``"tcp://127.0.0.1:*"`` picks a free port;
     read ``LAST_ENDPOINT`` for the address). ``sndhwm``: per-peer pipe, messages;
-    ``heartbeat_interval``: seconds. Raises ``zmq.ZMQError`` if it cannot bind (the socket is
-    closed then)."""
+    ``heartbeat_interval``: seconds; ``security``: a CURVE server's
+    :class:`~epochstream.security.Security`, or ``None``. Raises ``zmq.ZMQError`` if it cannot
+    bind (the socket is closed then)."""
     router = ctx.socket(zmq.ROUTER)
+    try:
+        apply_server(router, security)
+    except BaseException:
+        router.close(0)
+        raise
     router.setsockopt(zmq.ROUTER_MANDATORY, 1)
     router.setsockopt(zmq.SNDHWM, int(sndhwm))
     router.setsockopt(zmq.RCVHWM, 1000)
@@ -74,11 +86,19 @@ def bind_router(ctx: zmq.Context, endpoint: str, *, sndhwm: int,
 
 
 def connect_dealer(ctx: zmq.Context, endpoint: str, *, rcvhwm: int,
-                   ping_interval: float) -> zmq.Socket:
+                   ping_interval: float, security=None,
+                   server_key: str | None = None) -> zmq.Socket:
     """A subscriber's DEALER connected to one partition's publisher at ``endpoint``.
     ``rcvhwm``: messages; ``ping_interval``: seconds between the subscriber's pings (ZMTP
-    pings go at least every :data:`SUBSCRIBER_ZMTP_PING_S`)."""
+    pings go at least every :data:`SUBSCRIBER_ZMTP_PING_S`); ``security``: a CURVE client's
+    :class:`~epochstream.security.Security` (``server_key``: the publisher's public key, Z85,
+    default the one it holds), or ``None``."""
     s = ctx.socket(zmq.DEALER)
+    try:
+        apply_client(s, security, server_key)
+    except BaseException:
+        s.close(0)
+        raise
     s.setsockopt(zmq.RCVHWM, int(rcvhwm))
     s.setsockopt(zmq.LINGER, 0)
     zmtp_ping = min(float(ping_interval), SUBSCRIBER_ZMTP_PING_S)

@@ -16,12 +16,14 @@ import zmq
 
 from .. import wire
 from ..catalog import Catalog, TopicInfo
-from ..errors import EpochstreamError, ProtocolError, PublisherLost, SubscriberLagged
+from ..errors import (EpochstreamError, NotAuthorized, ProtocolError, PublisherLost,
+                      SubscriberLagged)
 from ..events import DataMessage, Epoch, Gap, InitialFrontierSnapshot, LowerFrontierUpdate
 from ..frontier import Antichain, apply_changes
 from ..order import TOTAL, by_name, dual
 from ..position import resolve_position
 from ..protocol import EpochAssembler, SubscriberProtocol
+from ..security import NOT_AUTHORISED, Security
 from .liveness import Liveness
 from .membership import await_live, partition_endpoints, resolve_catalog
 from .filtering import Filtering
@@ -102,6 +104,16 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
       boundary. A malformed filter raises :class:`~epochstream.filters.FilterError` here; one
       the data cannot be evaluated against (a column it lacks) is refused by the publisher
       (:class:`~epochstream.errors.ProtocolError` from the iterators).
+    - ``security``: ``None`` (plain TCP, the default) or ``Security.curve(client_secret=...,
+      server_public=...)`` (docs/security.md): every DEALER is a CURVE client with that key
+      pair; ``server_public=None`` takes each partition's key from the catalog
+      (:attr:`~epochstream.catalog.PartitionInfo.server_key`). A publisher that refuses this
+      subscriber (no ``subscribe`` grant, or revoked) makes :meth:`wait_ready` and the
+      iterators raise :class:`~epochstream.errors.NotAuthorized`; so does a catalog that
+      records a CURVE key for a partition when ``security`` is ``None``, or none when it is
+      set (then at once, from the constructor). A wrong server key or a key the publisher's
+      ``allow`` directory lacks never completes the handshake: nothing arrives, and
+      :class:`~epochstream.errors.PublisherLost` is raised after ``timeout``.
 
     Iterate :meth:`epochs` for complete :class:`~epochstream.events.Epoch` objects, or
     :meth:`events` for delivered data (decoded) and merged frontier changes as they arrive.
@@ -118,7 +130,17 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
                  credit: int | None = None, ping_interval: float = 1.0, start: Any = "latest",
                  durable: str | None = None, takeover: bool = False,
                  credit_unit: str = "messages", context: zmq.Context | None = None,
-                 keys=None, columns=None, where=None):
+                 keys=None, columns=None, where=None, security: Security | None = None):
+        if security is not None and not isinstance(security, Security):
+            raise TypeError(f"security must be a Security or None, got {type(security).__name__}")
+        self.security = security if security is not None and security.enabled else None
+        if self.security is not None and not self.security.is_client:
+            raise ValueError("a subscriber's security needs its key pair: "
+                             "Security.curve(client_secret=..., server_public=...)")
+        if self.security is not None and endpoints is not None and \
+                self.security.server_public is None:
+            raise ValueError("a subscriber with endpoints= has no catalog to find the "
+                             "publishers' keys in: pass Security.curve(server_public=...)")
         if credit_unit not in ("messages", "epochs"):
             raise ValueError(f"credit_unit must be 'messages' or 'epochs', got {credit_unit!r}")
         least = 2 if credit_unit == "messages" else 1
@@ -179,6 +201,10 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             if info is None:
                 info = self._catalog.lookup(self.topic, wait=self._wait)
             endpoints, closed, self._catalog_incarnations = partition_endpoints(info, self._wait)
+            for i in self._pruned(info):  # a key-partitioned topic: only where our keys live
+                endpoints[i] = None
+                closed[i] = ()
+        keys = self._server_keys(info, endpoints)
         self._protocol = SubscriberProtocol(self.order, self.partitions, floor=floor)
         self._endpoints = {i: ep for i, ep in enumerate(endpoints) if ep is not None}
         # filter verdicts per raw data header: valid for this join's protocol state only
@@ -192,7 +218,8 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
         self._liveness.join(live, _time.monotonic())
         for i in live:
             s = connect_dealer(self._ctx, endpoints[i], rcvhwm=self._rcvhwm,
-                               ping_interval=self.ping_interval)
+                               ping_interval=self.ping_interval, security=self.security,
+                               server_key=keys.get(i))
             hello = {"topic": self.topic, "partition": i, "id": self.id}
             if self.credit is not None:
                 hello["credit"] = self.credit
@@ -208,6 +235,35 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             self._unacked[i] = 0
         for i, upper in closed.items():
             self._queue(self._snapshot(i, InitialFrontierSnapshot((), upper)))
+
+    def _server_keys(self, info: TopicInfo | None, endpoints: list) -> dict:
+        """``{partition: the publisher's CURVE key}`` to connect with (``security``'s
+        ``server_public``, else the catalog's); raises :class:`NotAuthorized` when a live
+        partition's catalog entry and ``security`` do not match (one is CURVE, the other not)."""
+        recorded = {} if info is None else {p.index: p.server_key for p in info.partition_info}
+        keys = {}
+        for i, ep in enumerate(endpoints):
+            if ep is None:
+                continue
+            key = recorded.get(i)
+            if self.security is None:
+                if key is not None:
+                    raise NotAuthorized(
+                        f"topic {self.topic!r}: the publisher of partition {i} requires CURVE "
+                        f"(server key {key}); pass security=Security.curve(client_secret=...)",
+                        topic=self.topic, partition=i)
+                continue
+            if self.security.server_public is not None:
+                keys[i] = self.security.server_public
+            elif key is None:
+                raise NotAuthorized(
+                    f"topic {self.topic!r}: the catalog records no CURVE key for partition {i} "
+                    f"(its publisher serves plain TCP, without security=); pass "
+                    f"Security.curve(server_public=...) or subscribe without security=",
+                    topic=self.topic, partition=i)
+            else:
+                keys[i] = key
+        return keys
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -375,6 +431,10 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             raise PublisherLost(f"topic {self.topic!r}: the publisher of partition {partition} "
                                 f"no longer knows this subscriber (it restarted, or dropped "
                                 f"this connection): {msg.message}", partition=partition)
+        if msg.extra.get("reason") == NOT_AUTHORISED:  # a secured publisher refused us
+            raise NotAuthorized(f"topic {self.topic!r}: the publisher of partition {partition} "
+                                f"refused this subscriber: {msg.message}", topic=self.topic,
+                                partition=partition, principal=str(msg.extra.get("principal", "")))
         raise ProtocolError(f"publisher of partition {partition} rejected this subscriber: {msg.message}")
 
     # -- polling ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from epochstream import Catalog, Publisher, Relay, Subscriber
-from epochstream.errors import PublisherAborted, PublisherLost
+from epochstream.errors import ProtocolError, PublisherAborted, PublisherLost
 from epochstream.events import Gap
 
 from peer_processes import read_until
@@ -240,3 +240,134 @@ def test_relay_command_unknown_topic_is_status_2(tmp_path):
                           timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "error:" in proc.stderr and "nope" in proc.stderr
+
+
+# -- subscriptions travel up: the relay asks upstream for the cover of its subscribers' filters
+def _produce(pub, sent: dict, epochs: int, pause: float, stop) -> None:
+    try:
+        _produce_epochs(pub, sent, epochs, pause, stop)
+    except ProtocolError:  # closed by a failing test's clean-up
+        assert stop.is_set()
+
+
+def _produce_epochs(pub, sent: dict, epochs: int, pause: float, stop) -> None:
+    for t in range(epochs):
+        for m in range(3):
+            recs = [{"c": KEYS[(t * 3 + m + i) % len(KEYS)], "t": t, "m": m, "i": i,
+                     "d": (t + i) % 7} for i in range(8)]
+            sent.setdefault(t, []).extend(recs)
+            pub.send(t, recs)
+            time.sleep(pause)
+        pub.advance_to(t + 1)
+        if stop.is_set():
+            break
+    pub.close()
+
+
+def _check_whole(name, got, sent, phases) -> None:
+    """Every epoch equals exactly its records under the filter in force for it: ``phases`` is
+    [(first epoch, Filter)] (the filter from that epoch on)."""
+    assert got, name
+    times = [t for t, _ in got]
+    assert times == sorted(set(times)), name
+    for t, records in got:
+        f = [f for b, f in phases if b <= t][-1]
+        want = f.apply_records(sent[t], key="c")
+        assert records == want, (name, t, f)
+    first = times[0]
+    expect = [t for t in range(first, max(sent) + 1)
+              if [f for b, f in phases if b <= t][-1].apply_records(sent[t], key="c")]
+    assert times == expect, name  # none missing from its first epoch on
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_relay_subscribes_upstream_with_the_cover_of_its_subscribers_filters(tmp_path, seed):
+    """A producer runs; subscribers with different filters (keys, where, both) join a relay at
+    random moments and one widens its filter mid-stream: the relay's upstream subscription
+    narrows to the cover of what its subscribers need and widens before serving a filter it
+    does not cover (the hello or update waits for the upstream change, then is served from its
+    boundary on): every epoch each subscriber gets is whole under the filter in force for it."""
+    import threading
+
+    from epochstream.filters import Filter
+
+    rng = random.Random(seed)
+    cat = Catalog(tmp_path / "cat")
+    pub = Publisher("u", catalog=cat, key="c", heartbeat_interval=0.2)
+    sent: dict = {}
+    stop = threading.Event()
+    relay = Relay("u", cat, tier="edge", heartbeat_interval=0.1)
+    producer = threading.Thread(target=_produce, args=(pub, sent, 120, 0.004, stop), daemon=True)
+    asks = [dict(keys={"AA"}), dict(keys={"UA"}, where=[("d", "<", 3)]),
+            dict(where=[("c", "in", ["DL"])]), dict(keys={"B6", "AA"}, columns=["t", "i"])]
+    rng.shuffle(asks)
+    subs = []
+    try:
+        producer.start()
+        for ask in asks:
+            time.sleep(rng.uniform(0.05, 0.3))
+            s = Subscriber("u@edge", cat, timeout=10, **ask)
+            assert s.wait_ready(5)  # served within the upstream round trip, not an epoch
+            subs.append((s, [(0, Filter(**ask))]))
+        time.sleep(0.3)
+        up = relay.upstream_filter
+        assert not up.everything, up  # narrowed to the cover
+        assert all(__import__("epochstream.filters", fromlist=["covers"]).covers(
+            up, f, "c") for _, ph in subs for _, f in ph)
+        s, phases = subs[rng.randrange(len(subs))]
+        wider = Filter(keys=list(KEYS[:3]))
+        b = s.update_filter(keys=wider.keys)
+        phases.append((b[0], wider))
+        producer.join(30)
+        for i, (s, phases) in enumerate(subs):
+            got = [(e.time, e.records) for e in s.epochs(timeout=10)]
+            _check_whole(f"subscriber {i}", got, sent, phases)
+        assert relay.join(10) and relay.error is None
+        assert relay.stats["upstream_changes"] >= 2
+        assert relay.publisher.stats["gated"] >= 1
+    finally:
+        stop.set()
+        for s, _ in subs:
+            s.close()
+        relay.close()
+        pub.close()
+
+
+def test_subscriptions_travel_up_through_a_chain_of_relays(tmp_path):
+    """publisher → edge → far: subscribers of the far tier only; the far relay's cover is the
+    edge relay's subscriber filter, so the edge relay narrows its own upstream subscription
+    too (transitively), and the far subscribers still get whole epochs."""
+    import threading
+
+    from epochstream.filters import Filter
+
+    cat = Catalog(tmp_path / "cat")
+    pub = Publisher("v", catalog=cat, key="c", heartbeat_interval=0.2)
+    sent: dict = {}
+    stop = threading.Event()
+    edge = Relay("v", cat, tier="edge", heartbeat_interval=0.1)
+    far = Relay("v@edge", cat, tier="far", heartbeat_interval=0.1)
+    producer = threading.Thread(target=_produce, args=(pub, sent, 100, 0.004, stop), daemon=True)
+    subs = []
+    try:
+        producer.start()
+        for keys in ({"AA"}, {"DL"}):
+            s = Subscriber("v@edge@far", cat, keys=keys, timeout=10)
+            assert s.wait_ready(5)
+            subs.append((s, [(0, Filter(keys=keys))]))
+        deadline = time.monotonic() + 5
+        while edge.upstream_filter.everything and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert far.upstream_filter == Filter(keys=["AA", "DL"])
+        assert edge.upstream_filter == Filter(keys=["AA", "DL"])  # travelled up two tiers
+        producer.join(30)
+        for i, (s, phases) in enumerate(subs):
+            _check_whole(f"subscriber {i}", [(e.time, e.records) for e in s.epochs(timeout=10)],
+                         sent, phases)
+    finally:
+        stop.set()
+        for s, _ in subs:
+            s.close()
+        far.close()
+        edge.close()
+        pub.close()
