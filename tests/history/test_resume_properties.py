@@ -176,7 +176,7 @@ def assert_nothing_more(sub):
 # ---- the property ------------------------------------------------------------------------
 
 
-@settings(max_examples=examples(12), deadline=None,
+@settings(max_examples=examples(8), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(scenarios(), st.data())

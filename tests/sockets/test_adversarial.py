@@ -1091,7 +1091,7 @@ _PHASES = ([Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shr
            os.environ.get("ADVERSARY_SHRINK") else [Phase.explicit, Phase.reuse, Phase.generate])
 
 TestAdversarialTotal = AdversarialPubSub.TestCase
-TestAdversarialTotal.settings = settings(max_examples=examples(6), stateful_step_count=50 if THOROUGH else 30,
+TestAdversarialTotal.settings = settings(max_examples=examples(4), stateful_step_count=50 if THOROUGH else 30,
                                          deadline=None, phases=_PHASES, report_multiple_bugs=False)
 TestAdversarialTotal = pytest.mark.slow(pytest.mark.timeout(1800)(TestAdversarialTotal))
 
