@@ -61,6 +61,11 @@ class Resume:
         """Resolve where the first join starts: returns its floor (``None`` for latest)."""
         self.durable = durable
         self._fill: HistoryJoin | None = None
+        # history batches handed to the caller's queue and not read to the end yet: while any
+        # is, a finished partition's connection stays open (no bye), so its publisher lingers
+        # and can still serve the reads (docs/history.md, "Remote history")
+        self._fills_unread = 0
+        self._retire_later: set = set()
         self._fill_served: set = set()
         self._fill_t0: int | None = None
         self._history = None
@@ -185,6 +190,7 @@ class Resume:
         if not by_time:
             return outputs
         self._fill_served.update(by_time)
+        self._fills_unread += 1
         self.stats["history_epochs"] += len(by_time)
         batch = HistoryBatch([(t, by_time[t]) for t in linear_extension(self.order, by_time)],
                              lower)
@@ -193,6 +199,16 @@ class Resume:
     def _history_epochs(self, batch: HistoryBatch, now: float):
         """Read, check, decode and combine each epoch of ``batch``; yield :class:`Epoch`."""
         reader = self._history_reader()
+        try:
+            yield from self._history_batch(reader, batch, now)
+        finally:  # read to the end, failed or abandoned: the publishers need not wait for it
+            self._fills_unread = max(0, self._fills_unread - 1)
+            if not self._fills_unread:
+                for p in sorted(self._retire_later):
+                    self._retire_socket(p)
+                self._retire_later.clear()
+
+    def _history_batch(self, reader, batch: HistoryBatch, now: float):
         decode, combine = self.codec.decode, self.codec.combine
         epochs = reader.read(batch.epochs)
         while True:

@@ -340,7 +340,12 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
                 self.stats["bytes"] += m.nbytes
         self._parked.extend(outputs)
 
-    def _retire_socket(self, partition: int) -> None:
+    def _retire_socket(self, partition: int, *, finished: bool = False) -> None:
+        if finished and (self._fills_unread or self._fill is not None):
+            # its publisher may still have to serve a history read of this join's fill
+            self._retire_later.add(partition)
+            self._liveness.forget(partition)
+            return
         s = self._by_partition.pop(partition, None)
         if s is None:
             return
@@ -374,7 +379,7 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             apply_changes(pl, msg.updates)
             out = self._protocol.receive(partition, msg)
             if not pl:
-                self._retire_socket(partition)
+                self._retire_socket(partition, finished=True)
             return out
         if isinstance(msg, wire.Notice):
             return self._notice(partition, msg)

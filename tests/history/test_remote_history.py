@@ -553,16 +553,12 @@ def test_recovery_after_a_publisher_restart_reads_through_the_new_publisher(tmp_
     assert sub.stats["rejoins_filled"] == 1 and stats2["history_reads"] >= 1
 
 
-@pytest.mark.xfail(strict=True, reason="known, not fixed yet: the subscriber says bye once a "
-                   "partition finished, before its history fill is read, and the publisher "
-                   "process exits; History now asks a closed partition's last endpoint, which "
-                   "helps only while the publisher lingers (docs/history.md, Limits)")
 def test_a_subscriber_that_joined_before_the_publisher_closed_is_filled_through_it(tmp_path):
-    """BUG (history.py, History._where): the subscriber joins mid-stream (its fill needs epochs
-    0..2 from history) but reads only after the publisher called close(). The publisher still
-    lingers for it (a registered peer) and would serve the reads, but History refuses any
-    partition whose catalog state is not "live": HistoryUnavailable "... no live publisher
-    serves it (partition state: closed)". From the files the same subscriber gets 0, 1, 2."""
+    """Regression: the subscriber joins mid-stream (its fill needs epochs 0..2 from history)
+    but reads only after the publisher called close(). It used to say bye as soon as the
+    partition finished, before reading its fill, so the publisher process exited and the reads
+    failed (HistoryUnavailable); now a finished partition's connection stays open while a fill
+    is unread, the publisher lingers for it and serves the reads."""
     cat = tmp_path / "cat"
     with history_source("publisher"), peers(
             (cat, "t", "--last", 3, "--msgs", 4, "--recs", 2, "--msg-interval", 0.05)) as (p,):
