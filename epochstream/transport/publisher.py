@@ -643,8 +643,12 @@ class Publisher:
                 quiet.wait(30.0)
         self._mark_ended(aborted=abort_reason is not None)
         self._handoff.put_final((STOP, float(linger), None))
+        # not a daemon, whichever thread closes (a thread inherits its starter's flag, and a
+        # relay closes from its daemon thread): the rest of the stream is delivered (up to
+        # ``linger``) even when the process's main thread returns meanwhile
         self._closer = threading.Thread(target=self._finish_close, args=(float(linger),),
-                                        name=f"epochstream-close-{self.topic}-{self.partition}")
+                                        name=f"epochstream-close-{self.topic}-{self.partition}",
+                                        daemon=False)
         self._closer.start()
 
     def _mark_ended(self, aborted: bool) -> None:

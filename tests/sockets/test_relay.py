@@ -371,3 +371,52 @@ def test_subscriptions_travel_up_through_a_chain_of_relays(tmp_path):
         far.close()
         edge.close()
         pub.close()
+
+
+RELAY_UNTIL_END = textwrap.dedent("""
+    import sys
+    from epochstream import Catalog, Relay
+    relay = Relay(sys.argv[2], Catalog(sys.argv[1]), tier="edge", heartbeat_interval=0.2)
+    print("ready", relay.endpoint, flush=True)
+    relay.join(60)
+    relay.close()
+    print("ended", relay.error, flush=True)
+""")  # then the script returns: the process ends when the interpreter lets it
+
+
+def test_relay_process_that_returns_after_join_still_delivers_its_backlog(tmp_path):
+    """A relay in its own process that returns once its upstream ended (``join()``,
+    ``close()``, the end of the script, as a benchmark's relay process does) while a
+    flow-controlled subscriber in another process still has most of the stream to read: the
+    process stays alive until that subscriber read to the end (the downstream publisher's
+    closer thread is not a daemon although the relay's own thread, which closes downstream, is
+    one), then exits by itself. It used to exit at once, dropping the backlog: the subscriber
+    heard nothing more, not even heartbeats, and raised PublisherLost."""
+    cat = Catalog(tmp_path / "cat")
+    pub = Publisher("tail", catalog=cat)
+    proc = subprocess.Popen([sys.executable, "-c", RELAY_UNTIL_END, str(tmp_path / "cat"), "tail"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    sub = None
+    try:
+        read_until(proc, "ready", timeout=30)
+        sub = Subscriber("tail@edge", cat, credit=16, timeout=3)
+        assert sub.wait_ready(10)
+        sent = {}
+        for t in range(200):  # full speed; the subscriber reads nothing yet
+            for m in range(5):
+                recs = [t, m, *range(20)]
+                sent.setdefault(t, []).extend(recs)
+                pub.send(t, recs)
+            pub.advance_to(t + 1)
+        pub.close()
+        assert read_until(proc, "ended", timeout=30) == ["ended", "None"]
+        got = {e.time: e.records for e in sub.epochs(timeout=10)}  # the relay's backlog
+        assert got == sent
+        assert proc.wait(15) == 0  # it exits once the subscriber read to the end (its bye)
+    finally:
+        if sub is not None:
+            sub.close()
+        if proc.poll() is None:
+            _kill(proc)
+        pub.close()
