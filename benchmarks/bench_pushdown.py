@@ -45,6 +45,11 @@ SELECTIVITY = {10: 1, 50: 5, 100: 10}  # percent -> number of the ten key values
 SUBSCRIBERS = (1, 8, 32)
 VIAS = ("direct", "relay")
 CREDIT = 256
+QUEUE_BYTES = 16 << 20
+"""Per-subscriber backlog bound of the publisher and the relay (``max_queue_bytes``): with
+credit flow control the producer is held back once a subscriber's backlog reaches it, so the
+stream runs at the subscribers' pace instead of queueing up to the 256 MiB default per
+subscriber (which on two cores with 8+ subscribers takes longer to drain than a run lasts)."""
 
 _ids = iter(range(1, 1 << 30))
 
@@ -60,7 +65,7 @@ def _pub_main(cfg, q, go):
         from epochstream.wire import codec
         bodies = [codec("msgpack").encode(_records(m)) for m in range(8)]
         pub = Publisher(cfg["topic"], catalog=Catalog(cfg["dir"]), key="k", sndhwm=100_000,
-                        heartbeat_interval=1.0, coalesce_bytes=0)
+                        heartbeat_interval=1.0, coalesce_bytes=0, max_queue_bytes=QUEUE_BYTES)
         q.put(("endpoint", None))
         if not go.wait(120):
             raise TimeoutError("never started")
@@ -87,7 +92,7 @@ def _relay_main(cfg, q, go):
     try:
         from epochstream import Catalog, Relay
         relay = Relay(cfg["topic"], Catalog(cfg["dir"]), tier="edge", credit=CREDIT,
-                      heartbeat_interval=0.2, sndhwm=100_000)
+                      heartbeat_interval=0.2, sndhwm=100_000, max_queue_bytes=QUEUE_BYTES)
         q.put(("relay-ready", None))
         cpu0 = time.process_time()
         if not relay.join(cfg["duration"] + 300):
@@ -264,7 +269,8 @@ def run(quick: bool = False, log=print, *, subs=None, vias=None, pcts=None, repe
                     + (f" target ≥ {target}: {ratios[-1]['verdict']}" if target else ""))
     return {"case": "pushdown", "quick": quick, "seconds_per_run": seconds, "repeats": n_rep,
             "records_per_message": RECORDS_PER_MESSAGE, "messages_per_epoch": MESSAGES_PER_EPOCH,
-            "credit": CREDIT, "library": _library(), "rows": rows, "ratios": ratios,
+            "credit": CREDIT, "max_queue_bytes": QUEUE_BYTES, "library": _library(),
+            "rows": rows, "ratios": ratios,
             "grid": {"subscribers": list(subs), "via": list(vias), "selectivity_pct": list(pcts)},
             "ok": all(r.get("ok") for r in rows), "wall_s": round(time.monotonic() - t_all, 1)}
 

@@ -1,0 +1,245 @@
+"""epochstream.aio: the asyncio twins, with real publishers and sockets on 127.0.0.1 (and a
+killed publisher process). Mirrors the threaded tests that matter: a join in the middle of an
+epoch, several partitions, credit, recover, PublisherLost; plus cancellation at random points
+under load (nothing lost, every epoch whole) and a send that waits for credit without blocking
+the event loop. Plain pytest: each test runs its own ``asyncio.run``."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from epochstream import Catalog, Publisher, aio
+from epochstream.errors import PublisherLost
+from epochstream.events import Gap
+
+
+def _records(t: int, m: int, n: int = 4) -> list:
+    return [{"t": t, "m": m, "i": i} for i in range(n)]
+
+
+def _whole(epoch, messages: int, n: int = 4) -> None:
+    assert sorted((r["m"], r["i"]) for r in epoch.records) == \
+        [(m, i) for m in range(messages) for i in range(n)], epoch.time
+    assert {r["t"] for r in epoch.records} == {epoch.time}
+
+
+def test_join_mid_epoch_and_several_partitions(tmp_path):
+    async def main():
+        cat = Catalog(tmp_path / "cat")
+        pubs = [Publisher("a", catalog=cat, partition=p, partitions=2, heartbeat_interval=0.2)
+                for p in range(2)]
+        for pub in pubs:
+            pub.send(0, _records(0, pub.partition))  # epoch 0 begun before the join
+        async with aio.Subscriber("a", cat, timeout=5) as sub:
+            assert await sub.wait_ready(5)
+            for pub in pubs:
+                pub.send(0, _records(0, 9))
+                pub.advance_to(1)
+            for t in range(1, 6):
+                for pub in pubs:
+                    pub.send(t, _records(t, pub.partition))
+                    pub.advance_to(t + 1)
+            for pub in pubs:
+                pub.close()
+            got = [e async for e in sub.epochs(timeout=5)]
+        assert [e.time for e in got] == [1, 2, 3, 4, 5]  # epoch 0 was joined mid-way: not at all
+        for e in got:
+            _whole(e, 2)
+
+    asyncio.run(main())
+
+
+def test_cancelled_pulls_at_random_points_lose_nothing(tmp_path):
+    """A producer task publishes under flow control (credit) while the consumer's pulls are
+    cancelled at random moments (``asyncio.wait_for`` with random tiny timeouts, and outright
+    ``task.cancel()``): every epoch still arrives once, whole, in order."""
+    rng = random.Random(11)
+    epochs, messages = 200, 3
+    stats = {"cancelled": 0, "pulls": 0}
+
+    async def produce(pub):
+        for t in range(epochs):
+            for m in range(messages):
+                await pub.send(t, _records(t, m))
+            await pub.advance_to(t + 1)
+            await asyncio.sleep(rng.choice([0, 0.001, 0.003]))  # the consumer often waits
+        await pub.close()
+
+    async def main():
+        cat = Catalog(tmp_path / "cat")
+        pub = aio.Publisher("c", catalog=cat, heartbeat_interval=0.2)
+        sub = aio.Subscriber("c", cat, timeout=10, credit=8)
+        assert await sub.wait_ready(5)
+        producer = asyncio.create_task(produce(pub))
+        got = []
+        while True:
+            stats["pulls"] += 1
+            if rng.random() < 0.5:
+                task = asyncio.create_task(sub.fetch(max_epochs=rng.randint(1, 5)))
+                await asyncio.sleep(rng.choice([0, 0.0005, 0.001, 0.002]))
+                if not task.done():
+                    task.cancel()
+                try:
+                    r = await task
+                except asyncio.CancelledError:
+                    stats["cancelled"] += 1
+                    continue
+            else:
+                try:
+                    r = await asyncio.wait_for(sub.fetch(max_epochs=rng.randint(1, 5)),
+                                               rng.choice([0.0005, 0.002, 0.01, 1.0]))
+                except asyncio.TimeoutError:
+                    stats["cancelled"] += 1
+                    continue
+            got.extend(r.epochs)
+            if r.finished:
+                break
+        await producer
+        sub.close()
+        return got
+
+    got = asyncio.run(main())
+    assert [e.time for e in got] == list(range(epochs))
+    for e in got:
+        _whole(e, messages)
+    assert stats["cancelled"] >= 20, stats  # the test did cancel, many times
+    print(f"\n{stats['cancelled']} of {stats['pulls']} pulls cancelled; {len(got)} epochs whole")
+
+
+def test_send_waits_for_credit_without_blocking_the_loop(tmp_path):
+    """A subscriber that does not read holds the publisher back (credit): ``await send`` waits
+    while another task of the same loop keeps running; reading releases it."""
+    async def main():
+        cat = Catalog(tmp_path / "cat")
+        pub = aio.Publisher("w", catalog=cat, heartbeat_interval=0.2, queue_hwm=4,
+                            max_queue_messages=8)
+        sub = aio.Subscriber("w", cat, timeout=10, credit=2)
+        assert await sub.wait_ready(5)
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        tick = asyncio.create_task(ticker())
+        sent = 0
+
+        async def producer():
+            nonlocal sent
+            for t in range(60):
+                await pub.send(t, _records(t, 0, 200))
+                await pub.advance_to(t + 1)
+                sent = t + 1
+            await pub.close()
+
+        prod = asyncio.create_task(producer())
+        await asyncio.sleep(0.5)
+        held, ticks_held = sent, ticks
+        assert held < 60 and ticks_held > 20  # held back, and the loop kept running
+        got = [e.time async for e in sub.epochs(timeout=10)]
+        await prod
+        tick.cancel()
+        sub.close()
+        assert got == list(range(60))
+
+    asyncio.run(main())
+
+
+PUB_PROC = textwrap.dedent("""
+    import sys, time
+    from epochstream import Catalog, Publisher
+    pub = Publisher("k", catalog=Catalog(sys.argv[1]), heartbeat_interval=0.2)
+    for t in range(3):
+        pub.send(t, [t])
+        pub.advance_to(t + 1)
+    print("ready", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_killed_publisher_is_publisher_lost(tmp_path, recover=False):
+    async def main():
+        proc = subprocess.Popen([sys.executable, "-c", PUB_PROC, str(tmp_path / "cat")],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "ready"
+            sub = aio.Subscriber("k", Catalog(tmp_path / "cat"), timeout=1.0, ping_interval=0.2,
+                                 recover=recover, start="latest")
+            assert await sub.wait_ready(5)
+            proc.kill()
+            proc.wait(10)
+            t0 = time.monotonic()
+            with pytest.raises(PublisherLost):
+                async for _ in sub.epochs(timeout=10):
+                    pass
+            assert time.monotonic() - t0 < 5
+            sub.close()
+        finally:
+            proc.kill()
+            proc.wait(10)
+
+    asyncio.run(main())
+
+
+def test_recover_reports_a_gap_then_whole_epochs(tmp_path):
+    """An aborted publisher (epoch 1 half sent) and its successor: the pulling task sees epoch
+    0, a Gap, then the successor's epochs whole — never the half epoch."""
+    async def main():
+        cat = Catalog(tmp_path / "cat")
+        pub = Publisher("g", catalog=cat, heartbeat_interval=0.2)
+        sub = aio.Subscriber("g", cat, timeout=10, recover=True, ping_interval=0.2)
+        assert await sub.wait_ready(5)
+        items: list = []
+
+        async def consume():
+            async for item in sub.epochs(timeout=15):
+                items.append(item)
+                if not isinstance(item, Gap) and item.time == 2:
+                    return
+
+        task = asyncio.create_task(consume())
+        pub.send(0, [0])
+        pub.advance_to(1)
+        pub.send(1, ["half"])
+        pub.abort("test")
+        await asyncio.sleep(0.5)
+        pub2 = Publisher("g", catalog=cat, heartbeat_interval=0.2, start=1)
+        for _ in range(500):
+            if any(isinstance(i, Gap) for i in items):
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        pub2.send(1, ["whole-1"])
+        pub2.send(2, ["whole-2"])
+        pub2.advance_to(3)
+        await asyncio.wait_for(task, 15)
+        pub2.close()
+        sub.close()
+        return items
+
+    items = asyncio.run(main())
+    assert items[0].time == 0 and isinstance(items[1], Gap) and items[1].reason == "aborted"
+    epochs = {i.time: list(i.records) for i in items if not isinstance(i, Gap)}
+    assert epochs.get(1, ["whole-1"]) == ["whole-1"] and epochs[2] == ["whole-2"]
+
+
+def test_the_readme_example_runs_as_written(tmp_path):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    section = text.split("## asyncio", 1)[1].split("\n## ", 1)[0]
+    code, expected = re.findall(r"```(?:python|text)\n(.*?)```", section, re.S)[:2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == expected
