@@ -533,7 +533,7 @@ def write() -> Path:
            "with `make bench` (full) or `make bench-quick` (short runs, labelled **quick**); one "
            "case with `python -m benchmarks --case NAME` (`filter`, `e2e`, `peers`, `fanout`, "
            "`spark`, `frontier`, `limits`, `latejoin`, `latency`, `memory`, `scale`, `history`, "
-           "`groups`, `pushdown`, `catalog`, `spark_source`).\n"]
+           "`groups`, `pushdown`, `catalog`, `spark_source`, `security`; the relay grid: `python -m benchmarks.bench_pushdown --via direct,relay --save pushdown_relay`).\n"]
     out += _expect(peers, fanout)
     out.append(RULES)
     out.append("Runs in these files:\n")
@@ -1247,6 +1247,12 @@ def _pushdown_section(p, title: str = "Filters at the source (`pushdown`)") -> l
                        "delivered records/s per subscriber", "bytes / delivered record",
                        "upstream bytes / delivered record", "subscriber CPU s / M delivered",
                        "publisher CPU s / M delivered"], rows))
+    if any(r.get("via") == "relay" for r in p["rows"]):
+        out.append("\nThrough a relay, the upstream ratio includes the start-up transient: the "
+                   "relay subscribes to everything until its first subscriber's filter narrows "
+                   "it, and that change takes effect behind the relay's upstream backlog (the "
+                   "publisher answers a filter change in stream order), so the first part of a "
+                   "5 s run crosses the upstream link unfiltered.\n")
     out.append("\nFiltering moves work from the subscribers to the publisher: it decodes, filters "
                "and re-encodes each message once per distinct filter in Python, so with one "
                "subscriber the publisher's CPU per delivered record grows while the network and "
