@@ -142,7 +142,9 @@ class RemoteCatalog(Catalog):
 
     ``timeout``: seconds each request may wait for its answer (default :data:`DEFAULT_TIMEOUT`,
     or the URL's ``?timeout=``); ``lease``: seconds of the leases this client takes (default
-    :data:`DEFAULT_LEASE`, or ``?lease=``).
+    :data:`DEFAULT_LEASE`, or ``?lease=``); ``security``: ``None`` (plain TCP) or
+    ``Security.curve(client_secret=..., server_public=<the service's key>)`` for a service
+    started with ``--key``/``--allow`` (docs/security.md).
 
     Raises :class:`CatalogError` for a malformed URL or argument and
     :class:`~epochstream.errors.CatalogUnavailable` if the server does not answer within
@@ -150,7 +152,7 @@ class RemoteCatalog(Catalog):
     embedded method raises."""
 
     def __init__(self, url: str | None = None, *, timeout: float | None = None,
-                 lease: float | None = None):
+                 lease: float | None = None, security: Any = None):
         url = os.environ.get(ENV_VAR) if url is None else url
         if not is_catalog_url(url):
             raise CatalogError(f"a network catalog is named tcp://HOST:PORT, got {url!r}")
@@ -163,6 +165,13 @@ class RemoteCatalog(Catalog):
         except ValueError as e:
             raise CatalogError(str(e)) from None
         self.url = f"tcp://{host}:{port}"
+        # CURVE towards a secured service (docs/security.md): Security.curve(client_secret=...,
+        # server_public=<the service's key>); None: plain TCP
+        self.security = security if security is not None and security.enabled else None
+        if self.security is not None and (not self.security.is_client
+                                          or self.security.server_public is None):
+            raise CatalogError("a secured catalog service needs Security.curve(client_secret=..., "
+                               "server_public=<the service's public key>)")
         self.path = CatalogURL(self.url)  # type: ignore[assignment]
         self._pool_lock = threading.Lock()
         self._reset_process()
@@ -198,6 +207,9 @@ class RemoteCatalog(Catalog):
         sock.setsockopt(zmq.SNDTIMEO, int(self.timeout * 1000))
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        if self.security is not None:
+            from .security import apply_client
+            apply_client(sock, self.security)
         sock.connect(self.url)
         return sock
 

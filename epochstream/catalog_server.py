@@ -33,7 +33,8 @@ from . import catalog_rpc as rpc
 from .catalog import Catalog, is_catalog_url
 from .catalog_liveness import HOST
 from .catalog_schema import SCHEMA_VERSION
-from .errors import CatalogError
+from .errors import CatalogError, NotAuthorized
+from .security import Security, _allow_list, apply_server, grant_matches
 
 __all__ = ["CatalogServer", "DEFAULT_BIND", "DEFAULT_PORT"]
 
@@ -58,7 +59,7 @@ class CatalogServer:
     answered and ``errors`` among them."""
 
     def __init__(self, db: Any = None, bind: str = DEFAULT_BIND, *,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, security: Security | None = None):
         if is_catalog_url(os.environ.get("EPOCHSTREAM_CATALOG") if db is None else str(
                 getattr(db, "path", db))):
             raise CatalogError("the catalog server needs a catalog file (--db PATH), not a "
@@ -69,6 +70,15 @@ class CatalogServer:
         self._sock.setsockopt(zmq.MAXMSGSIZE, rpc.MAX_REQUEST_BYTES)
         self._sock.setsockopt(zmq.SNDHWM, 10_000)
         self._sock.setsockopt(zmq.RCVHWM, 10_000)
+        # CURVE (docs/security.md): only keys in ``allow`` connect at all, and changing grants
+        # takes an ``admin`` grant of the requesting key (the first one is made on the file)
+        self.security = security if security is not None and security.enabled else None
+        try:
+            apply_server(self._sock, self.security)
+        except BaseException:
+            self._sock.close(0)
+            raise
+        self._allowed = None if self.security is None else _allow_list(self.security.allow)
         try:
             self._sock.bind(bind)
         except zmq.ZMQError:
@@ -104,10 +114,18 @@ class CatalogServer:
                     continue
                 for _ in range(1000):  # a batch, then a look at the stop flag
                     try:
-                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                        if self.security is None:
+                            frames, user = sock.recv_multipart(zmq.NOBLOCK), None
+                        else:  # with the connection's authenticated key (ZAP User-Id)
+                            msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                            frames = [f.bytes for f in msg]
+                            try:
+                                user = msg[-1].get("User-Id") or None
+                            except (zmq.ZMQError, UnicodeDecodeError):
+                                user = None
                     except zmq.Again:
                         break
-                    reply = self.handle(frames)
+                    reply = self.handle(frames, user)
                     if reply is None:
                         continue
                     try:
@@ -133,9 +151,10 @@ class CatalogServer:
 
     # ---- one request
 
-    def handle(self, frames: list) -> list | None:
+    def handle(self, frames: list, user: str | None = None) -> list | None:
         """The reply frames to one received message ``[identity, *envelope, body]``
-        (``None``: nothing to answer). Never raises."""
+        (``None``: nothing to answer) from the client whose CURVE key is ``user`` (Z85;
+        ``None`` without security). Never raises."""
         if len(frames) < 2:
             return None
         identity, envelope, body = frames[0], frames[1:-1], frames[-1]
@@ -146,7 +165,7 @@ class CatalogServer:
                 f"a catalog request is [request id, body] (at most "
                 f"{rpc.MAX_ENVELOPE_FRAMES} envelope frames of {rpc.MAX_ENVELOPE_BYTES} bytes)"))
         else:
-            reply = self._answer(body)
+            reply = self._answer(body, user)
         self.stats["requests"] += 1
         if "error" in reply:
             self.stats["errors"] += 1
@@ -157,7 +176,7 @@ class CatalogServer:
             data = rpc.encode(rpc.error_reply(CatalogError(f"cannot send the result: {e}")))
         return [identity, *envelope, data]
 
-    def _answer(self, body: bytes) -> dict:
+    def _answer(self, body: bytes, user: str | None = None) -> dict:
         try:
             try:
                 req = rpc.decode(body, strict=True)
@@ -165,10 +184,25 @@ class CatalogServer:
                 raise CatalogError(f"a catalog request must be a msgpack map: {type(e).__name__}: "
                                    f"{e}"[:500]) from None
             op, args, kwargs = rpc.check_request(req)
+            if self.security is not None and op in _ADMIN_OPS:
+                self._authorise_admin(op, args, kwargs, user)
             return {"ok": self._run(op, args, kwargs)}
         except Exception as e:  # noqa: BLE001 - every failure is the client's to hear about
             log.debug("catalog request failed: %r", e)
             return rpc.error_reply(e)
+
+    def _authorise_admin(self, op: str, args: list, kwargs: dict, user: str | None) -> None:
+        """Raise :class:`NotAuthorized` unless ``user`` holds an ``admin`` grant whose pattern
+        matches the pattern the request changes (``*`` for a revoke of every pattern)."""
+        pattern = (args[1] if len(args) > 1 else kwargs.get("topic_pattern")) or "*"
+        names = () if not user or self._allowed is None else \
+            (user, *([self._allowed.keys()[user]] if user in self._allowed.keys() else []))
+        if not isinstance(pattern, str) or not names or not grant_matches(
+                self.catalog.grants(), names, pattern, "admin"):
+            raise NotAuthorized(f"{op} on the catalog service needs an admin grant for "
+                                f"{pattern!r}; {user or 'this client'} holds none (make the "
+                                f"first one on the catalog file: epochstream grant add ... "
+                                f"--op admin --catalog PATH)", topic=str(pattern))
 
     def _run(self, op: str, args: list, kwargs: dict) -> Any:
         if op == "hello":
@@ -179,6 +213,10 @@ class CatalogServer:
                 args = args[:1]
         method = getattr(self.catalog, op)  # op is one of rpc.OPS: a public Catalog method
         return method(*args, **kwargs)
+
+
+_ADMIN_OPS = ("grant", "revoke")
+"""Catalog operations that change who may do what: only for an ``admin`` key when secured."""
 
 
 def _version() -> str:

@@ -655,9 +655,11 @@ app.add_typer(catalog_app, name="catalog", short_help="Run the catalog as a netw
     help="Serve the catalog file --db on --bind until SIGINT or SIGTERM. Clients open it with "
          "Catalog(\"tcp://HOST:PORT\") or --catalog tcp://HOST:PORT; their partitions are "
          "live while their lease is renewed (10 s by default). Prints 'catalog service on "
-         "ENDPOINT (database PATH)' once it serves (a * port resolved). No authentication: bind "
-         "to an interface only trusted hosts reach. Exit status 0 when stopped by a signal, 1 "
-         "if the database or the address cannot be used, 2 for bad usage.")
+         "ENDPOINT (database PATH)' once it serves (a * port resolved). Without --key: no "
+         "authentication, bind to an interface only trusted hosts reach; with --key and --allow: "
+         "CURVE, only the allowed keys connect, and grant/revoke need an admin grant "
+         "(docs/security.md). Exit status 0 when stopped by a signal, 1 if the database or the "
+         "address cannot be used, 2 for bad usage.")
 def catalog_serve(
     db: Optional[str] = typer.Option(
         None, "--db", metavar="PATH",
@@ -667,9 +669,17 @@ def catalog_serve(
         "tcp://127.0.0.1:7420", "--bind", metavar="tcp://HOST:PORT",
         help="Where to listen: tcp://0.0.0.0:7420 for every interface, a port * for any free "
              "one."),
+    key: Optional[str] = typer.Option(
+        None, "--key", metavar="SECRET",
+        help="The service's CURVE key pair (a .key_secret file or a name in $EPOCHSTREAM_KEYS): "
+             "serve over CURVE (docs/security.md)."),
+    allow: Optional[str] = typer.Option(
+        None, "--allow", metavar="DIR",
+        help="With --key: the directory of the client certificates allowed to connect "
+             "(default: any client key)."),
 ) -> None:
     from ._cli.catalog_serve import serve
-    serve(db, bind)
+    serve(db, bind, key=key, allow=allow)
 
 
 # ---- security (docs/security.md) --------------------------------------------------------------
