@@ -27,13 +27,15 @@ seconds: :meth:`Subscriber.create` does that in a worker thread).
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from typing import Any, AsyncIterator
 
 import zmq
 import zmq.asyncio
 
-from .events import Epoch, FetchResult, Gap
+from .events import DataMessage, Epoch, FetchResult, Gap
+from .transport.resume import HistoryBatch, Rejoined
 from .transport.publisher import Publisher as _Publisher
 from .transport.subscriber import Subscriber as _Subscriber
 
@@ -53,13 +55,14 @@ class Subscriber:
         self._sync = _Subscriber(topic, catalog, **options)
         self._shadows: dict[int, zmq.asyncio.Socket] = {}
         self._gaps: list[Gap] = []  # met by a pull that was cancelled while waiting
+        self._events: collections.deque = collections.deque()  # read, not yet handed out
 
     @classmethod
     async def create(cls, topic: str, catalog=None, **options: Any) -> "Subscriber":
         """The same, constructed in a worker thread (the catalog lookup may wait)."""
         sub = cls.__new__(cls)
         sub._sync = await asyncio.to_thread(_Subscriber, topic, catalog, **options)
-        sub._shadows, sub._gaps = {}, []
+        sub._shadows, sub._gaps, sub._events = {}, [], collections.deque()
         return sub
 
     @property
@@ -130,6 +133,58 @@ class Subscriber:
                 return
             if r.status == "timeout":
                 raise TimeoutError(f"topic {self._sync.topic!r}: no epoch within {timeout} s")
+
+    async def events(self, timeout: float | None = None) -> AsyncIterator:
+        """``async for event in sub.events()``: as :meth:`epochstream.Subscriber.events` —
+        :class:`~epochstream.events.DataMessage` (decoded), merged
+        :class:`~epochstream.events.LowerFrontierUpdate`, and with ``recover=True``
+        :class:`~epochstream.events.Gap`; ends when every partition finished; ``timeout``:
+        seconds without an event before ``TimeoutError``. Events read but not handed out yet
+        stay with the subscriber: a generator closed by a cancellation loses none, the next
+        ``events()`` starts with them. Not to be mixed with :meth:`fetch`/:meth:`epochs`.
+        History fills are read in the event loop's thread (from the files, or the
+        publishers)."""
+        sync, pending = self._sync, self._events
+        last = time.monotonic()
+        while True:
+            while pending:
+                item = pending.popleft()
+                last = time.monotonic()
+                yield item
+            got = sync._poll(0)  # what has arrived, without waiting
+            if got:
+                self._queue_events(got)
+                continue
+            if sync._protocol.finished and not sync._parked:
+                return
+            if timeout is not None and time.monotonic() - last > timeout:
+                raise TimeoutError(f"no message for {timeout} s from topic {sync.topic!r}")
+            await self._readable(WAIT_SLICE_S if timeout is None
+                                 else max(0.0, last + timeout - time.monotonic()))
+
+    def _queue_events(self, got: list) -> None:
+        """Hand out ``got`` (the threaded subscriber's outputs) into the pending events."""
+        sync, pending = self._sync, self._events
+        for m in got:
+            m = sync._hand_out(m)
+            kind = type(m)
+            if m is None:
+                continue
+            if kind is HistoryBatch:
+                decode = sync.codec.decode
+                for t, _recs, payloads in sync._history_reader().read(m.epochs):
+                    for _, payload in payloads:
+                        records = decode(payload)
+                        if sync._program is not None:
+                            records = sync._recheck(t, records)
+                            if records is None:
+                                continue
+                        pending.append(DataMessage(t, records, len(payload)))
+            elif kind is Rejoined:
+                if m.withdraw is not None:
+                    pending.append(m.withdraw)
+            else:
+                pending.append(m)
 
     async def wait_ready(self, timeout: float = 10.0) -> bool:
         """True once every partition's snapshot arrived (``timeout`` seconds at most)."""
