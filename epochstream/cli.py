@@ -719,9 +719,20 @@ def relay(
                                       help="The topic's key column, for subscribers' keys=."),
     wait: float = typer.Option(10.0, "--wait", metavar="SECONDS",
                                help="How long to wait for TOPIC and its publishers."),
+    client_key: Optional[str] = typer.Option(
+        None, "--client-key", metavar="SECRET",
+        help="The relay's CURVE key pair upstream (a .key_secret file or a name in "
+             "$EPOCHSTREAM_KEYS), for a secured TOPIC (docs/security.md)."),
+    server_key: Optional[str] = typer.Option(
+        None, "--server-key", metavar="SECRET",
+        help="Serve TOPIC@NAME over CURVE with this key pair (grants on TOPIC@NAME)."),
+    allow: Optional[str] = typer.Option(
+        None, "--allow", metavar="DIR",
+        help="With --server-key: the client certificates allowed to connect."),
 ) -> None:
     from ._cli.relay import run_relay
-    run_relay(topic, open_existing_catalog(catalog), tier, bind, advertise, key, wait)
+    run_relay(topic, open_existing_catalog(catalog), tier, bind, advertise, key, wait,
+              client_key=client_key, server_key=server_key, allow=allow)
 
 
 # ---- demo -------------------------------------------------------------------------------------

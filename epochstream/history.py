@@ -65,15 +65,18 @@ class History:
 
     ``source``: ``"auto"``, ``"disk"`` or ``"publisher"`` (module docstring; ``None``: the
     ``EPOCHSTREAM_HISTORY_SOURCE`` environment variable, else ``"auto"``); ``timeout``: seconds a
-    remote read may wait for the publisher's answer. Reading through a publisher keeps one
-    connection per partition: :meth:`close` them (or use ``with History(...) as h``)."""
+    remote read may wait for the publisher's answer; ``security``: a client key pair
+    (``Security.curve(client_secret=...)``) for reading through secured publishers (their keys
+    come from the catalog). Reading through a publisher keeps one connection per partition:
+    :meth:`close` them (or use ``with History(...) as h``)."""
 
     def __init__(self, topic: str, catalog=None, *, source: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT):
+                 timeout: float = DEFAULT_TIMEOUT, security=None):
         source = source or os.environ.get("EPOCHSTREAM_HISTORY_SOURCE") or "auto"
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
         self.topic, self.source, self.timeout = topic, source, float(timeout)
+        self.security = security
         self.catalog = _catalog(catalog)
         info = self.catalog.lookup(topic)
         self.order = info.order
@@ -231,8 +234,13 @@ class History:
         if r is None or r.endpoint != endpoint:
             if r is not None:
                 r.close()
+            key = next((p.server_key for p in self.catalog.lookup(self.topic).partition_info
+                        if p.index == partition), None) if self.security is not None else None
+            if self.security is not None and self.security.server_public is not None:
+                key = self.security.server_public
             r = self._remote[partition] = RemoteLog(endpoint, self.topic, partition,
-                                                    timeout=self.timeout)
+                                                    timeout=self.timeout, security=self.security,
+                                                    server_key=key)
         return r
 
     def _read_disk(self, directory: str, r: EpochRecord) -> list[bytes]:

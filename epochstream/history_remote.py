@@ -37,15 +37,25 @@ BUSY_PAUSE = 0.02
 class RemoteLog:
     """``RemoteLog(endpoint, topic, partition)``: reads complete epochs of one partition from
     the publisher at ``endpoint`` (``"tcp://host:port"``). Use :meth:`read` and :meth:`close`
-    (or ``with``)."""
+    (or ``with``). ``security``: ``Security.curve(client_secret=...)`` for a secured publisher
+    whose public key is ``server_key`` (Z85; the catalog records it) — its key needs a
+    ``subscribe`` grant, as for a subscriber (docs/security.md)."""
 
     def __init__(self, endpoint: str, topic: str, partition: int, *,
                  timeout: float = DEFAULT_TIMEOUT, window: int = WINDOW,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, security: Any = None,
+                 server_key: str | None = None):
         self.endpoint, self.topic, self.partition = endpoint, topic, partition
         self.timeout, self.window = float(timeout), max(1, int(window))
         self._sock = (context or zmq.Context.instance()).socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        if security is not None and security.enabled:
+            from .security import apply_client
+            try:
+                apply_client(self._sock, security, server_key)
+            except BaseException:
+                self._sock.close(0)
+                raise
         self._sock.connect(endpoint)
         self._reqs = itertools.count()
         self._received = 0  # R answers received on this connection (mod 2**31), sent in each r

@@ -20,15 +20,22 @@ __all__ = ["run_relay"]
 
 
 def run_relay(topic: str, catalog: Catalog, tier: str, bind: str, advertise: Optional[str],
-              key: Optional[str], wait: float) -> None:
+              key: Optional[str], wait: float, *, client_key: Optional[str] = None,
+              server_key: Optional[str] = None, allow: Optional[str] = None) -> None:
     """Relay ``topic`` of ``catalog`` (an open Catalog) as ``topic@tier`` bound on ``bind``;
     ends with status 0 when stopped by a signal or when the upstream topic ended, 1 when the
     upstream failed (the relay aborted downstream), 2 for an unknown topic or bad usage."""
     from ..transport.relay import Relay
 
     try:
+        from ..security import Security
+        if allow is not None and server_key is None:
+            raise ValueError("--allow needs --server-key (the tier's key pair)")
+        up = None if client_key is None else Security.curve(client_secret=client_key)
+        down = None if server_key is None else Security.curve(server_secret=server_key,
+                                                              allow=allow)
         relay = Relay(topic, catalog, tier=tier, endpoint=bind, advertise=advertise, key=key,
-                      wait=wait)
+                      wait=wait, upstream_security=up, security=down)
     except TopicNotFound as e:
         raise fail(str(e), EXIT_USAGE, hint="'epochstream topics' lists the topics") from None
     except ValueError as e:

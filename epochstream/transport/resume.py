@@ -96,7 +96,8 @@ class Resume:
             # a history read waits no longer than this subscriber waits for its publishers
             mine = getattr(self, "timeout", None)
             timeout = DEFAULT_TIMEOUT if not mine or mine <= 0 else min(DEFAULT_TIMEOUT, mine)
-            self._history = History(self.topic, self._catalog, timeout=timeout)
+            self._history = History(self.topic, self._catalog, timeout=timeout,
+                                    security=getattr(self, "security", None))
         self._history.endpoints = dict(getattr(self, "_endpoints", {}))  # this join's publishers
         return self._history
 

@@ -311,3 +311,33 @@ def test_a_relay_serves_a_secured_topic_securely(tmp_path, keys, publishers):
     with pytest.raises(NotAuthorized):  # no grant for "dave" upstream: the relay cannot start
         Relay(TOPIC, cat, tier="far", wait=3, timeout=3,
               upstream_security=Security.curve(client_secret=keys.path("dave")))
+
+
+def test_history_through_a_secured_publisher(tmp_path, keys, publishers, monkeypatch):
+    """A secured subscriber joining at "earliest" reads the publisher's history through CURVE
+    (its key needs the subscribe grant, as for the stream); a reader without a key gets
+    nothing."""
+    from epochstream import History
+    from epochstream.errors import HistoryUnavailable
+
+    monkeypatch.setenv("EPOCHSTREAM_HISTORY_SOURCE", "publisher")
+    cat = Catalog(tmp_path / "cat")
+    cat.grant(keys.public["alice"].decode(), TOPIC, "subscribe")
+    pub = publishers(TOPIC, catalog=cat, retention=Retention(dir=tmp_path / "logs"),
+                     security=Security.curve(server_secret=keys.path("server"), allow=keys.allow))
+    _publish(pub, range(4))
+    assert pub.flush(5)
+    alice = Security.curve(client_secret=keys.path("alice"))
+    sub = Subscriber(TOPIC, cat, security=alice, start="earliest", timeout=5)
+    try:
+        got = [e for _, e in zip(range(4), sub.epochs(timeout=5))]
+        assert [e.time for e in got] == [0, 1, 2, 3]
+        _whole(got)
+        assert sub.stats["history_epochs"] >= 1  # from history, through the publisher
+    finally:
+        sub.close()
+    with History(TOPIC, cat, security=alice) as h:
+        assert [e.time for e in h.epochs(until=2)] == [0, 1]
+    with History(TOPIC, cat, timeout=1) as h:  # no key: the handshake never completes
+        with pytest.raises(HistoryUnavailable):
+            list(h.epochs(until=1))

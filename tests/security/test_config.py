@@ -248,3 +248,20 @@ def test_security_doc_examples_use_existing_names():
     for name in ("Security.curve", "keys generate", "grant add", "grant ls", "grant revoke",
                  "server_public", "allow=", "EPOCHSTREAM_KEYS", "NotAuthorized"):
         assert name in doc, name
+
+
+def test_relay_command_key_options_are_checked(tmp_path):
+    """``epochstream relay`` takes --client-key / --server-key / --allow; bad ones are usage
+    errors (status 2) before anything connects."""
+    from typer.testing import CliRunner
+
+    from epochstream import Catalog
+    from epochstream.cli import app
+
+    cat = tmp_path / "cat"
+    Catalog(cat).create_topic("t")
+    run = lambda *a: CliRunner().invoke(app, ["relay", "t", "--catalog", str(cat), *a])  # noqa: E731
+    r = run("--allow", str(tmp_path))
+    assert r.exit_code == 2 and "--allow needs --server-key" in r.output
+    r = run("--client-key", str(tmp_path / "missing.key_secret"))
+    assert r.exit_code == 2 and "missing" in r.output
