@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import queue as _queue
 import shutil
 import tempfile
 import time
 import traceback
 
 from . import paired
+from .harness import reap, wait_report
 from .provenance import library as _library
 
 RECORDS_PER_MESSAGE = 1000
@@ -134,14 +134,14 @@ def run_one(mode: str, duration: float) -> dict:
     row = {"mode": mode, "duration_s": duration, "loadavg_before": round(os.getloadavg()[0], 2)}
     try:
         procs[0].start()
-        _get(q, procs, 60, "endpoint")
+        wait_report(q, procs, 60, "endpoint")
         procs.append(ctx.Process(target=_sub_main, args=(cfg, q, go), daemon=True))
         procs[1].start()
-        _get(q, procs, 60, "ready")
+        wait_report(q, procs, 60, "ready")
         go.set()
         pub = sub = None
         while pub is None or sub is None:
-            kind, value = _get(q, procs, duration + 120, None)
+            kind, value = wait_report(q, procs, duration + 120, None)
             if kind == "published":
                 pub = value
             elif kind == "done":
@@ -159,29 +159,9 @@ def run_one(mode: str, duration: float) -> dict:
     except Exception as exc:
         row.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000])
     finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
+        reap(procs)
         shutil.rmtree(d, ignore_errors=True)
     return row
-
-
-def _get(q, procs, timeout: float, want):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            kind, value = q.get(timeout=1.0)
-        except _queue.Empty:
-            if any(p.exitcode not in (None, 0) for p in procs):
-                raise RuntimeError("a benchmark process died") from None
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {want or 'report'} within {timeout} s") from None
-            continue
-        if kind == "error":
-            raise RuntimeError(value)
-        if want is None or kind == want:
-            return kind, value
 
 
 def run(quick: bool = False, log=print) -> dict:

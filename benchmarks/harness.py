@@ -54,6 +54,34 @@ _P = b"P\x01"
 _BLOB = struct.Struct("<q")  # time in the single-blob framing
 
 
+def wait_report(q, procs, timeout: float, want: str | None):
+    """The next ``(kind, value)`` report from the benchmark processes' queue ``q`` (of kind
+    ``want``; ``None``: any kind). Raises ``RuntimeError`` for an ``("error", text)`` report or
+    a process of ``procs`` that died, ``TimeoutError`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kind, value = q.get(timeout=1.0)
+        except _queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                raise RuntimeError("a benchmark process died") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {want or 'report'} within {timeout} s") from None
+            continue
+        if kind == "error":
+            raise RuntimeError(value)
+        if want is None or kind == want:
+            return kind, value
+
+
+def reap(procs) -> None:
+    """Join the benchmark processes ``procs`` (10 s each), killing those still alive."""
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+
+
 def messages_per_epoch(per_message: int) -> int:
     return {1: 100, 100: 10}.get(per_message, 4)
 
