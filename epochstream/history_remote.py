@@ -104,10 +104,16 @@ class RemoteLog:
     def _ask(self, t, req: int | None = None) -> int:
         if req is None:
             req = next(self._reqs) % (1 << 31)
-        self._sock.send_multipart(wire.encode_control(
-            wire.READ, topic=self.topic, partition=self.partition, req=req,
-            received=self._received,
-            time=list(t) if isinstance(t, tuple) else t))
+        try:  # never a blocking send: a DEALER whose handshake was refused has no pipe
+            self._sock.send_multipart(wire.encode_control(  # and would block forever
+                wire.READ, topic=self.topic, partition=self.partition, req=req,
+                received=self._received,
+                time=list(t) if isinstance(t, tuple) else t), zmq.NOBLOCK)
+        except zmq.Again:
+            raise HistoryUnavailable(
+                f"topic {self.topic!r} partition {self.partition}: cannot send a history read "
+                f"to the publisher at {self.endpoint}: no connection (refused: a CURVE key it "
+                f"does not allow, or plain against CURVE?)") from None
         return req
 
     def _receive(self, deadline: float) -> None:

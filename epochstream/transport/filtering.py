@@ -32,6 +32,7 @@ from ..filters import MAX_WIRE_BYTES, Filter, FilterError, Program, boundary
 from ..frontier import Antichain, apply_changes, join
 from ..order import dual
 from ..partitioning import partitions_for
+from .sockets import send_nowait
 
 __all__ = ["Filtering"]
 
@@ -204,7 +205,7 @@ class Filtering:
     def _send_program(self, uid: int) -> None:
         frames = wire.encode_control(wire.UPDATE, id=uid, filter=self._program.to_wire())
         for s in list(self._by_partition.values()):
-            s.send_multipart(frames)
+            send_nowait(s, frames)  # not taken (a refused connection): its answer times out
 
 
 def _check_size(program: Program) -> None:

@@ -558,9 +558,11 @@ class PublisherLoop:
             codec=self.codec.name, incarnation=self.incarnation, heartbeat=self.heartbeat_interval,
             key=self.key if isinstance(self.key, str) else None, filters=1,
             **({} if floor is None else {"floor": list(floor)}))
+        # registered before the snapshot leaves, so that whoever has seen the snapshot also
+        # sees the registration (``Publisher.subscribers`` is read from other threads)
+        peer = self._fanout.join(ident, header.get("credit"), header["id"],
+                                 epochs=header.get("credit_unit") == "epochs")
         if self._transmit(ident, frames) == SENT:
-            peer = self._fanout.join(ident, header.get("credit"), header["id"],
-                                     epochs=header.get("credit_unit") == "epochs")
             if self._authz is not None:
                 self._authz.registered(ident)
             if not interest.trivial:
@@ -569,6 +571,7 @@ class PublisherLoop:
             if self._upstream is not None:
                 self._gate_narrow(_time.monotonic())
         else:
+            self._fanout.leave(ident)
             log.warning("%s/%s: could not send a snapshot to %r", self.topic, self.partition, ident)
 
     # -- a relay's publisher: subscriptions travel upstream (transport/upstream.py) ----------

@@ -108,6 +108,20 @@ def connect_dealer(ctx: zmq.Context, endpoint: str, *, rcvhwm: int,
     return s
 
 
+def send_nowait(sock: zmq.Socket, frames: list) -> bool:
+    """Send ``frames`` on a subscriber's DEALER without blocking; False if ZeroMQ would block
+    (nothing sent). A DEALER with no pipe blocks a plain send forever, and libzmq removes the
+    pipe of a connecting socket whose handshake failed for good — a CURVE key the publisher's
+    ZAP handler refuses, a plain client against a CURVE publisher — so every send of a
+    subscriber goes through here and a refused connection is reported by the timeouts, never
+    by a hang."""
+    try:
+        sock.send_multipart(frames, zmq.NOBLOCK)
+        return True
+    except zmq.Again:
+        return False
+
+
 def transmit_to(router: zmq.Socket) -> Callable[[bytes, list], int]:
     """A function ``transmit(ident, frames) -> SENT | FULL | GONE`` that sends ``frames`` to the
     peer ``ident`` of ``router`` without blocking. Other ZeroMQ errors propagate."""

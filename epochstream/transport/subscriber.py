@@ -30,7 +30,7 @@ from .filtering import Filtering
 from .pull import Pull
 from .recovery import Recovery
 from .resume import HistoryBatch, Rejoined, Resume
-from .sockets import connect_dealer, receive_from
+from .sockets import connect_dealer, receive_from, send_nowait
 
 __all__ = ["Subscriber"]
 
@@ -227,7 +227,7 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
                     hello["credit_unit"] = "epochs"
             if self._program is not None:
                 hello["filter"] = self._program.to_wire()
-            s.send_multipart(wire.encode_control(wire.HELLO, **hello))
+            send_nowait(s, wire.encode_control(wire.HELLO, **hello))  # a fresh pipe takes it
             self._sockets[s] = i
             self._receivers[s] = receive_from(s)
             self._by_partition[i] = s
@@ -389,8 +389,9 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
         n = self._unacked.get(partition, 0) + 1
         if n >= max(1, self.credit // 2):
             s = self._by_partition.get(partition)
-            if s is not None:
-                s.send_multipart(wire.encode_control(wire.CREDIT, messages=n))
+            if s is not None and not send_nowait(s, wire.encode_control(wire.CREDIT, messages=n)):
+                self._unacked[partition] = n  # no pipe (refused): the liveness timeout tells
+                return
             n = 0
         self._unacked[partition] = n
 

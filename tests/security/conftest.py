@@ -97,8 +97,15 @@ class RawPeer:
         if hello:
             self.send(wire.HELLO, topic=topic, partition=0, id=uuid.uuid4().hex)
 
-    def send(self, kind: bytes, **fields) -> None:
-        self.sock.send_multipart(wire.encode_control(kind, **fields))
+    def send(self, kind: bytes, **fields) -> bool:
+        """Send without blocking; False if the socket has no pipe: libzmq drops the pipe of a
+        connecting DEALER whose handshake was refused (a key not allowed, plain against
+        CURVE), and a blocking send would then wait forever (CI hung here)."""
+        try:
+            self.sock.send_multipart(wire.encode_control(kind, **fields), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
 
     def read(self, seconds: float, until=None) -> list[list[bytes]]:
         """Collect messages for ``seconds`` (or until ``until(messages)`` is true)."""

@@ -341,3 +341,37 @@ def test_history_through_a_secured_publisher(tmp_path, keys, publishers, monkeyp
     with History(TOPIC, cat, timeout=1) as h:  # no key: the handshake never completes
         with pytest.raises(HistoryUnavailable):
             list(h.epochs(until=1))
+
+
+def test_a_refused_history_reader_gets_an_error_every_time_never_a_hang(tmp_path, keys,
+                                                                         publishers):
+    """A key the publisher's ZAP handler refuses: libzmq then drops the reader's pipe, and a
+    blocking send would wait forever. Each read, the first and every later one on the same
+    connection, raises HistoryUnavailable within the reader's timeout."""
+    import threading
+
+    from epochstream.errors import HistoryUnavailable
+    from epochstream.history_remote import RemoteLog
+
+    pub = publishers(TOPIC, catalog=Catalog(tmp_path / "cat"),
+                     retention=Retention(dir=tmp_path / "logs"),
+                     security=Security.curve(server_secret=keys.path("server"), allow=keys.allow))
+    _publish(pub, range(2))
+    assert pub.flush(5)
+    mallory = Security.curve(client_secret=keys.path("mallory"),  # not in allow/
+                             server_public=keys.public["server"].decode())
+    errors: list = []
+
+    def reads():
+        with RemoteLog(pub.endpoint, TOPIC, 0, timeout=0.5, security=mallory) as log:
+            for _ in range(3):
+                with pytest.raises(HistoryUnavailable) as info:
+                    list(log.read([0, 1]))
+                errors.append(str(info.value))
+                time.sleep(0.3)  # the refusal has dropped the pipe by now
+
+    t = threading.Thread(target=reads, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), f"a history read hung after {len(errors)} errors"
+    assert len(errors) == 3, errors

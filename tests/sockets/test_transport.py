@@ -202,3 +202,25 @@ def test_no_lost_wakeup_between_caller_and_publisher_loop():
                 pub.send(e, [e])
             pub.advance_to(e + 1)
             assert next(epochs).time == e
+
+
+def test_subscribers_count_includes_every_peer_that_has_its_snapshot(monkeypatch):
+    """``Publisher.subscribers`` is read from another thread: a subscriber that is ready (it
+    has the snapshot) must already be counted. CI caught the loop registering the peer only
+    after sending the snapshot; the slowed ``join`` below widens that window to 0.5 s."""
+    from epochstream.transport import fanout
+    real_join = fanout.Fanout.join
+
+    def slow_join(self, *args, **kwargs):
+        time.sleep(0.5)
+        return real_join(self, *args, **kwargs)
+
+    monkeypatch.setattr(fanout.Fanout, "join", slow_join)
+    pub = Publisher("count", 0)
+    sub = Subscriber("count", endpoints=[pub.endpoint], timeout=5)
+    try:
+        assert sub.wait_ready(5)
+        assert pub.subscribers == 1
+    finally:
+        sub.close()
+        pub.close(linger=0.5)
