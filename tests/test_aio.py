@@ -299,3 +299,104 @@ def test_events_cancelled_at_random_points_lose_nothing(tmp_path):
             [(m, i) for m in range(messages) for i in range(4)], t
     assert cancelled >= 20, cancelled
     print(f"\nevents(): {cancelled} pulls cancelled; {len(data)} epochs whole")
+
+
+def test_durable_resume_and_history_under_asyncio(tmp_path):
+    """The durable twin of tests/history: an aio subscriber joining at "earliest" reads the
+    retained epochs whole, then the live ones; it acks some and closes; a second aio
+    subscriber of the same durable name resumes exactly after the last ack (nothing acked
+    again, nothing skipped), while the publisher goes on."""
+    from epochstream import Retention
+
+    async def main():
+        cat = Catalog(tmp_path / "cat")
+        pub = Publisher("d", catalog=cat, retention=Retention(dir=tmp_path / "logs"),
+                        heartbeat_interval=0.2)
+        try:
+            for t in range(3):  # retained before anyone subscribes
+                for m in range(3):
+                    pub.send(t, _records(t, m))
+                pub.advance_to(t + 1)
+            assert pub.flush(5)
+            async with aio.Subscriber("d", cat, durable="ops", start="earliest",
+                                      timeout=5) as sub:
+                got = []
+                async for e in sub.epochs(timeout=5):
+                    got.append(e)
+                    _whole(e, 3)
+                    if e.time <= 3:
+                        await sub.ack(e)
+                    if e.time == 2:  # history done: the live stream follows, gaplessly
+                        for m in range(3):
+                            pub.send(3, _records(3, m))
+                        pub.advance_to(4)
+                        for m in range(3):
+                            pub.send(4, _records(4, m))
+                        pub.advance_to(5)
+                    if e.time == 4:
+                        break  # 4 handed out, not acked
+                assert [e.time for e in got] == [0, 1, 2, 3, 4]
+                assert sub.stats["history_epochs"] >= 1
+            for m in range(3):
+                pub.send(5, _records(5, m))
+            pub.advance_to(6)
+            assert pub.flush(5)
+            async with aio.Subscriber("d", cat, durable="ops", timeout=5) as again:
+                assert again.position == (4,)
+                got = []
+                async for e in again.epochs(timeout=5):
+                    got.append(e)
+                    _whole(e, 3)
+                    if e.time == 5:
+                        break
+                assert [e.time for e in got] == [4, 5]
+        finally:
+            pub.close()
+
+    asyncio.run(main())
+
+
+def test_a_secured_aio_subscriber_and_a_refused_one(tmp_path):
+    """security= passes through: a granted key reads whole epochs; a key without a grant
+    gets NotAuthorized from ``await wait_ready`` (and nothing of the stream)."""
+    import zmq.auth
+
+    from epochstream import NotAuthorized, Security
+
+    keys = tmp_path / "keys"
+    allow = tmp_path / "allow"
+    keys.mkdir()
+    allow.mkdir()
+    for n in ("server", "alice", "bob"):
+        zmq.auth.create_certificates(keys, n)
+    for n in ("alice", "bob"):
+        (allow / f"{n}.key").write_bytes((keys / f"{n}.key").read_bytes())
+
+    async def main():
+        cat = Catalog(tmp_path / "cat")
+        cat.grant("alice", "s.*", "subscribe")
+        pub = Publisher("s.t", catalog=cat, heartbeat_interval=0.2,
+                        security=Security.curve(server_secret=keys / "server.key_secret",
+                                                allow=allow))
+        try:
+            alice = Security.curve(client_secret=keys / "alice.key_secret")
+            bob = Security.curve(client_secret=keys / "bob.key_secret")
+            async with aio.Subscriber("s.t", cat, security=alice, timeout=5) as sub:
+                assert await sub.wait_ready(5)
+                refused = aio.Subscriber("s.t", cat, security=bob, timeout=5)
+                with pytest.raises(NotAuthorized, match="not authorised"):
+                    await refused.wait_ready(5)
+                refused.close()
+                for t in range(3):
+                    for m in range(2):
+                        pub.send(t, _records(t, m))
+                    pub.advance_to(t + 1)
+                pub.close()
+                got = [e async for e in sub.epochs(timeout=5)]
+            assert [e.time for e in got] == [0, 1, 2]
+            for e in got:
+                _whole(e, 2)
+        finally:
+            pub.close()
+
+    asyncio.run(main())
