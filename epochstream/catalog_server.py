@@ -16,8 +16,14 @@ than :data:`~epochstream.catalog_rpc.MAX_REQUEST_BYTES` closes that client's con
 ``MAXMSGSIZE``). Nothing received is ever unpickled or evaluated. A request never waits on the
 server: ``lookup``'s ``wait`` is done by the client, polling.
 
-There is no authentication: bind to an interface only trusted hosts reach (the default is
-``tcp://127.0.0.1:7420``).
+Without ``security=`` there is no authentication: bind to an interface only trusted hosts
+reach (the default is ``tcp://127.0.0.1:7420``). With ``security=`` (``catalog serve --key
+--allow``, docs/security.md) the socket is a CURVE server: only keys in ``allow`` are answered
+at all; ``grant``/``revoke`` need an ``admin`` grant of the requesting key matching the pattern
+changed, and ``register_partition`` (a publisher claiming a partition, a
+:class:`~epochstream.spark.SparkPublisherHost` registering its ingest endpoints) a ``publish``
+(or ``admin``) grant matching the topic; otherwise the client gets
+:class:`~epochstream.errors.NotAuthorized`.
 """
 
 from __future__ import annotations
@@ -186,6 +192,8 @@ class CatalogServer:
             op, args, kwargs = rpc.check_request(req)
             if self.security is not None and op in _ADMIN_OPS:
                 self._authorise_admin(op, args, kwargs, user)
+            if self.security is not None and op in _PUBLISH_OPS:
+                self._authorise_publish(op, args, kwargs, user)
             return {"ok": self._run(op, args, kwargs)}
         except Exception as e:  # noqa: BLE001 - every failure is the client's to hear about
             log.debug("catalog request failed: %r", e)
@@ -195,14 +203,34 @@ class CatalogServer:
         """Raise :class:`NotAuthorized` unless ``user`` holds an ``admin`` grant whose pattern
         matches the pattern the request changes (``*`` for a revoke of every pattern)."""
         pattern = (args[1] if len(args) > 1 else kwargs.get("topic_pattern")) or "*"
-        names = () if not user or self._allowed is None else \
-            (user, *([self._allowed.keys()[user]] if user in self._allowed.keys() else []))
+        names = self._principals(user)
         if not isinstance(pattern, str) or not names or not grant_matches(
                 self.catalog.grants(), names, pattern, "admin"):
             raise NotAuthorized(f"{op} on the catalog service needs an admin grant for "
                                 f"{pattern!r}; {user or 'this client'} holds none (make the "
                                 f"first one on the catalog file: epochstream grant add ... "
                                 f"--op admin --catalog PATH)", topic=str(pattern))
+
+    def _authorise_publish(self, op: str, args: list, kwargs: dict, user: str | None) -> None:
+        """Raise :class:`NotAuthorized` unless ``user`` holds a ``publish`` (or ``admin``)
+        grant whose pattern matches the topic of the request (its first argument)."""
+        topic = args[0] if args else kwargs.get("topic")
+        if not isinstance(topic, str):
+            raise CatalogError(f"{op} needs a topic name (a string), got {topic!r:.80}")
+        names = self._principals(user)
+        if not names or not grant_matches(self.catalog.grants(topic), names, topic, "publish"):
+            raise NotAuthorized(
+                f"not authorised to publish to topic {topic!r}: {op} on the catalog service "
+                f"needs a publish grant for the topic; {user or 'this client'} holds none "
+                f"(epochstream grant add KEY {topic!r} --op publish)", topic=topic,
+                principal=user or "")
+
+    def _principals(self, user: str | None) -> tuple[str, ...]:
+        """The requesting key and, with an ``allow`` directory, its certificate's name."""
+        if not user or self._allowed is None:
+            return ()
+        name = self._allowed.keys().get(user)
+        return (user,) if name is None else (user, name)
 
     def _run(self, op: str, args: list, kwargs: dict) -> Any:
         if op == "hello":
@@ -217,6 +245,10 @@ class CatalogServer:
 
 _ADMIN_OPS = ("grant", "revoke")
 """Catalog operations that change who may do what: only for an ``admin`` key when secured."""
+
+_PUBLISH_OPS = ("register_partition",)
+"""Catalog operations that make a key a topic's publisher: only with a ``publish`` grant (or
+``admin``) for the topic when secured."""
 
 
 def _version() -> str:

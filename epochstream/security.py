@@ -61,8 +61,19 @@ and every peer that completes the handshake may subscribe.
 
 Errors: a bad configuration (a missing or unreadable key file, a key that is not 40 Z85
 characters, a public key that does not match its secret, an ``allow`` directory without
-certificates) raises ``ValueError`` naming what was tried. ``publish`` grants are stored and
-listed but checked by nothing yet (the Spark ingest path is not under CURVE).
+certificates) raises ``ValueError`` naming what was tried.
+
+``publish`` grants are checked in two places. A
+:class:`~epochstream.spark.SparkPublisherHost` with ``security=`` makes its ingest ROUTERs CURVE
+servers like its publishers (same key pair, same ``allow``, :func:`apply_server`) and serves a
+Spark task's or the driver-side commit's DATA/FLUSH/COMMIT/ABORT only if the connection's
+principal holds ``publish`` (or ``admin``) for the topic (:meth:`Authorizer.publish_refusal`);
+otherwise the request gets the ingest protocol's ``ERR`` ("not authorised to publish to topic
+'T' ...") and nothing of it is staged. And a secured network catalog service
+(:class:`~epochstream.catalog_server.CatalogServer`) registers a publisher's partition
+(``register_partition``) only for a key holding ``publish`` for the topic. The executors' side
+(a CURVE client with the sink's ``clientKey``, the host's key from the catalog) is
+:mod:`epochstream.spark.client`; docs/security.md.
 """
 
 from __future__ import annotations
@@ -81,7 +92,7 @@ from typing import Any, Callable, Iterable
 __all__ = ["Security", "Grant", "OPERATIONS", "ANYONE", "ENV_KEYS", "NOT_AUTHORISED",
            "GRANTS_REFRESH_S", "grant_matches", "check_grant", "check_server_key", "is_z85_key",
            "key_dir", "load_keypair", "load_public", "load_allowed", "authenticator",
-           "apply_server", "apply_client", "Authorizer"]
+           "apply_server", "apply_client", "release_authenticator", "Authorizer"]
 
 log = logging.getLogger("epochstream.security")
 
@@ -463,6 +474,17 @@ def authenticator(ctx: Any) -> Any:
         return auth
 
 
+def release_authenticator(ctx: Any) -> None:
+    """Stop and forget the ZAP handler of context ``ctx`` (if :func:`authenticator` started
+    one), so that ``ctx.term()`` can return: the handler's sockets live in ``ctx``. For an owner
+    of a private context (a :class:`~epochstream.spark.SparkPublisherHost`), after every secured
+    socket of ``ctx`` is closed; a later :func:`authenticator` call starts a new one."""
+    with _auth_lock:
+        auth = _authenticators.pop(ctx, None)
+    if auth is not None:
+        auth.stop()
+
+
 def apply_server(sock: Any, sec: Security | None) -> None:
     """Make ``sock`` (a publisher's ROUTER, before ``bind``) a CURVE server with ``sec``'s key
     pair, authenticated by the context's ZAP handler for ``sec.allow`` (module docstring). A
@@ -561,6 +583,25 @@ class Authorizer:
         else:
             why = f"principal {user_id} holds no subscribe grant"
         return self.notice(user_id, f"{why}; cannot {what}")
+
+    def allows(self, user_id: str | None, op: str) -> bool:
+        """Whether the peer authenticated as ``user_id`` may do ``op`` (:data:`OPERATIONS`) on
+        the topic: it has an identity and, with a catalog, one of its principals (or ``*``) holds
+        a grant for ``op`` or ``admin`` matching the topic; without a catalog any identity may."""
+        if not user_id:
+            return False
+        if self.grants is None:
+            return True
+        return grant_matches(self.grants, self.principals(user_id), self.topic, op)
+
+    def publish_refusal(self, user_id: str | None) -> str | None:
+        """``None`` if the peer ``user_id`` may publish to the topic (:meth:`allows`), else
+        the message to refuse it with: ``not authorised to publish to topic 'T' (...)``."""
+        if self.allows(user_id, "publish"):
+            return None
+        why = ("no authenticated identity" if not user_id
+               else f"principal {user_id} holds no publish grant")
+        return f"not authorised to publish to topic {self.topic!r} ({why})"
 
     def notice(self, user_id: str | None, why: str) -> list[bytes]:
         """The ``X error`` frames refusing ``user_id``, naming the topic and ``why``."""

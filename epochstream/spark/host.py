@@ -9,6 +9,13 @@ The serving loop only drives two things: it decodes each ingest message
 partition's frontier (the first epoch not yet complete) is the Publisher's lower frontier; it is
 stored nowhere else. A malformed or refused message gets an ``ERR`` reply and a log line; the
 loop keeps going.
+
+Security (docs/security.md): with ``security=`` the ingest ROUTERs are CURVE servers with the
+publishers' key pair and ``allow`` directory (:func:`~epochstream.security.apply_server`, the
+same ZAP handling), so the key the catalog records with each partition (``server_key``) is the
+ingest endpoint's key too; every request is served only if the connection's principal (its
+ZAP ``User-Id``) holds a ``publish`` (or ``admin``) grant for the topic in the catalog, else it
+gets ``ERR`` with reason ``not_authorised`` before anything of it is staged.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from ..catalog import Catalog
 from ..errors import EpochstreamError
 from ..order import TOTAL
 from ..retention import Retention
+from ..security import (NOT_AUTHORISED, Authorizer, Security, apply_server,
+                        release_authenticator)
 from ..transport import Publisher
 from . import ingest
 from .ingest import AbortAck, Commit, CommitAck, Data, Flush, FlushAck, IngestError, Refusal
@@ -68,6 +77,7 @@ class PartitionStats(StagingCounts):
     Publisher's frontiers say."""
 
     errors: int = 0           # malformed / refused ingest messages
+    unauthorised: int = 0     # of those: refused for want of a publish grant (security=)
     next_epoch: int = 0       # the partition's frontier: every epoch below it is complete
     data_upper: int = -1      # largest epoch with published data (-1: none)
 
@@ -80,6 +90,9 @@ class _PartitionServer:
         self.index = index
         self.ledger = StagingLedger(host.max_staged_bytes)
         self.errors = 0
+        self.unauthorised = 0
+        self._decided: dict[str, tuple[int, str | None]] = {}  # User-Id -> (grants version, why)
+        self._warned: dict[str, float] = {}  # refusal message -> when last logged
         self.ready = threading.Event()
         self.error: BaseException | None = None
         self.endpoint: str | None = None
@@ -119,7 +132,8 @@ class _PartitionServer:
 
     def stats(self) -> PartitionStats:
         return PartitionStats(**dataclasses.asdict(self.ledger.counts), errors=self.errors,
-                              next_epoch=self.next_epoch, data_upper=self.data_upper)
+                              unauthorised=self.unauthorised, next_epoch=self.next_epoch,
+                              data_upper=self.data_upper)
 
     # ---- lifecycle
 
@@ -149,6 +163,7 @@ class _PartitionServer:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 100_000)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        apply_server(sock, h.security)  # CURVE server + ZAP, as the Publisher's ROUTER
         sock.bind(f"tcp://{h.bind_host}:*")
         self.ingest = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.pub = Publisher(h.topic, self.index, order=TOTAL, codec="arrow",
@@ -181,6 +196,10 @@ class _PartitionServer:
             msg = ingest.decode_request(frames[1:])
         except ingest.IngestMessageError as e:
             return self._refuse(ident, e.req, str(e))
+        if self.host._authz is not None:
+            why = self._unauthorised(frames[-1])
+            if why is not None:
+                return self._refuse_unauthorised(ident, msg.req, why)
         try:
             reply = self._apply(msg)
         except (ValueError, TypeError, KeyError, IndexError, EpochstreamError) as e:
@@ -237,6 +256,38 @@ class _PartitionServer:
         log.warning("partition %d: refused ingest message: %s", self.index, error)
         self._reply(ident, Refusal(req, error))
 
+    def _unauthorised(self, frame: zmq.Frame) -> str | None:
+        """``None`` if the connection of ``frame`` may publish to the topic, else why not
+        (decided once per principal and version of the grants)."""
+        authz = self.host._authz
+        assert authz is not None
+        try:
+            got = frame.get("User-Id")
+        except (zmq.ZMQError, UnicodeDecodeError):
+            got = None
+        user = got if isinstance(got, str) and got else None
+        if user is None:
+            return authz.publish_refusal(None)
+        seen = self._decided.get(user)
+        if seen is None or seen[0] != authz.version:
+            if len(self._decided) >= 4096:
+                self._decided.clear()
+            seen = self._decided[user] = (authz.version, authz.publish_refusal(user))
+        return seen[1]
+
+    def _refuse_unauthorised(self, ident: bytes, req: str | None, why: str) -> None:
+        """Answer ``ERR`` (reason ``not_authorised``); logged once a minute per message text
+        (a task may send thousands of DATA messages, each refused)."""
+        self.errors += 1
+        self.unauthorised += 1
+        now = time.monotonic()
+        if now - self._warned.get(why, -1e9) >= 60.0:
+            if len(self._warned) > 1000:
+                self._warned.clear()
+            self._warned[why] = now
+            log.warning("partition %d: refused ingest message: %s", self.index, why)
+        self._reply(ident, Refusal(req, why, NOT_AUTHORISED))
+
     def _pause_point(self, epoch: int, stage: str) -> None:
         for p in list(self.host._pauses):
             if p.partition == self.index and p.epoch == epoch and p.stage == stage:
@@ -263,6 +314,13 @@ class SparkPublisherHost:
     - ``max_staged_bytes``: bound on the bytes staged per partition (batches received from
       tasks, not yet committed or discarded); a batch past it is refused;
     - ``publisher_kwargs``: extra keyword arguments for each ``Publisher``;
+    - ``security``: ``None`` (plain TCP, the default) or
+      ``Security.curve(server_secret=..., allow=...)`` (docs/security.md): the publishers and
+      the ingest endpoints become CURVE servers with that key pair (registered in the catalog
+      as each partition's ``server_key``; the sink's tasks connect with it and their
+      ``clientKey``), clients are authenticated against ``allow`` (``None``: any key), a
+      subscriber needs a ``subscribe`` grant on the topic and a task (or the driver-side
+      commit) a ``publish`` grant, read from the catalog (re-read every second);
     - ``retention``: a :class:`~epochstream.retention.Retention` to keep each partition's epoch
       log (``None``: no history). Each committed epoch is then written, synced and indexed
       before it completes, and a restarted host resumes each partition from its log: its
@@ -279,9 +337,22 @@ class SparkPublisherHost:
                  host: str = "127.0.0.1", schema: str | None = None,
                  on_published: Callable[[int, int, int], None] | None = None,
                  max_staged_bytes: int = DEFAULT_MAX_STAGED_BYTES,
-                 publisher_kwargs: dict | None = None, retention: Retention | None = None):
+                 publisher_kwargs: dict | None = None, retention: Retention | None = None,
+                 security: Security | None = None):
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
+        publisher_kwargs = dict(publisher_kwargs or {})
+        if "security" in publisher_kwargs:  # the publishers and the ingest path share one value
+            if security is not None and publisher_kwargs["security"] != security:
+                raise ValueError("give security= once: it secures the publishers and the "
+                                 "ingest endpoints alike (not also in publisher_kwargs)")
+            security = publisher_kwargs.pop("security")
+        if security is not None and not isinstance(security, Security):
+            raise TypeError(f"security must be a Security or None, got {type(security).__name__}")
+        self.security = security if security is not None and security.enabled else None
+        if self.security is not None and not self.security.is_server:
+            raise ValueError("a SparkPublisherHost's security needs its key pair: "
+                             "Security.curve(server_secret=..., allow=...)")
         self.topic = topic
         self.partitions = partitions
         self.catalog = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
@@ -290,9 +361,12 @@ class SparkPublisherHost:
         self.schema = schema
         self.on_published = on_published
         self.max_staged_bytes = max_staged_bytes
-        self.publisher_kwargs = dict(publisher_kwargs or {})
+        self.publisher_kwargs = publisher_kwargs
         if retention is not None:
             self.publisher_kwargs["retention"] = retention
+        if self.security is not None:
+            self.publisher_kwargs["security"] = self.security
+        self._authz: Authorizer | None = None  # publish grants (security=), made by start()
         self._zctx = zmq.Context()
         self._stop = threading.Event()
         self._pauses: list[Pause] = []
@@ -309,6 +383,9 @@ class SparkPublisherHost:
         self._started = True
         self.catalog.create_topic(self.topic, order="total", codec="arrow",
                                   partitions=self.partitions, schema=self.schema)
+        if self.security is not None:  # reads the grants now, then every second
+            self._authz = Authorizer(self.topic, self.security, self.catalog)
+            self._authz.start(lambda: not self._stop.is_set())
         for s in self._servers:
             s.thread.start()
         for s in self._servers:
@@ -351,6 +428,7 @@ class SparkPublisherHost:
         for s in self._servers:
             if s.thread.is_alive():
                 s.thread.join(30)
+        release_authenticator(self._zctx)  # its sockets live in our context
         self._zctx.term()
 
     # ---- introspection

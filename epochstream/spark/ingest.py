@@ -22,7 +22,10 @@ Replies (ROUTER → DEALER): ``[b"OK" | b"ERR", {req, ...}]``:
 - to COMMIT: ``{req, duplicate, published_batches, rows, next_epoch}`` plus ``empty_attempts``
   when not a duplicate;
 - to ABORT: ``{req, discarded}`` (staged batches dropped);
-- ``ERR``: ``{req, error}`` — ``req`` is ``None`` when it could not be read (and for DATA).
+- ``ERR``: ``{req, error}`` — ``req`` is ``None`` when it could not be read (and for DATA);
+  plus ``reason: "not_authorised"`` when a secured host refused the request because the
+  connection's principal holds no ``publish`` grant for the topic (docs/security.md; the
+  client raises :class:`IngestNotAuthorized`).
 
 ``run`` is the Spark run id (a string), ``epoch`` the batch id, ``attempt`` the task attempt id,
 ``req`` a request id chosen by the client (a string); every count is an int ``>= 0``. Unknown
@@ -38,12 +41,13 @@ from typing import Any, ClassVar, NamedTuple, Union
 
 import msgpack
 
-from ..errors import EpochstreamError
+from ..errors import EpochstreamError, NotAuthorized
+from ..security import NOT_AUTHORISED
 
-__all__ = ["DATA", "FLUSH", "COMMIT", "ABORT", "OK", "ERR", "IngestError", "IngestMessageError",
-           "AttemptRef", "Data", "Flush", "Commit", "Abort", "FlushAck", "CommitAck", "AbortAck",
-           "Refusal", "Request", "Reply", "encode_request", "decode_request", "encode_reply",
-           "decode_reply"]
+__all__ = ["DATA", "FLUSH", "COMMIT", "ABORT", "OK", "ERR", "IngestError", "IngestNotAuthorized",
+           "IngestMessageError", "AttemptRef", "Data", "Flush", "Commit", "Abort", "FlushAck",
+           "CommitAck", "AbortAck", "Refusal", "Request", "Reply", "encode_request",
+           "decode_request", "encode_reply", "decode_reply"]
 
 DATA, FLUSH, COMMIT, ABORT = b"DATA", b"FLUSH", b"COMMIT", b"ABORT"
 OK, ERR = b"OK", b"ERR"
@@ -52,6 +56,13 @@ OK, ERR = b"OK", b"ERR"
 class IngestError(EpochstreamError):
     """The Spark ingest path failed: no acknowledgement in time, an ``ERR`` reply from the host,
     or a topic without ingest endpoints (no :class:`SparkPublisherHost` serving it)."""
+
+
+class IngestNotAuthorized(IngestError, NotAuthorized):
+    """A secured :class:`SparkPublisherHost` refused a request (``ERR`` with reason
+    ``not_authorised``): the client's key holds no ``publish`` grant for the topic (or the
+    connection has no identity); nothing of it was staged. Both an :class:`IngestError` and a
+    :class:`~epochstream.errors.NotAuthorized`."""
 
 
 class IngestMessageError(ValueError):
@@ -194,13 +205,22 @@ class AbortAck:
 
 @dataclass(frozen=True)
 class Refusal:
-    """ERR: the request ``req`` (``None``: unknown) was refused because of ``error``."""
+    """ERR: the request ``req`` (``None``: unknown) was refused because of ``error``;
+    ``reason``: ``"not_authorised"`` for a principal without a ``publish`` grant, else ``None``."""
 
     req: str | None
     error: str
+    reason: str | None = None
 
     def body(self) -> dict:
-        return {"req": self.req, "error": self.error}
+        b: dict = {"req": self.req, "error": self.error}
+        if self.reason is not None:
+            b["reason"] = self.reason
+        return b
+
+    @property
+    def not_authorised(self) -> bool:
+        return self.reason == NOT_AUTHORISED
 
 
 Request = Union[Data, Flush, Commit, Abort]
@@ -384,7 +404,7 @@ def decode_reply(frames: Sequence, kind: bytes) -> Reply:
     status = _raw(frames[0])
     f = _Fields(_unpack(frames[1], repr(status[:16])), f"{status[:16]!r} reply")
     if status == ERR:
-        return Refusal(f.req(), f.text("error"))
+        return Refusal(f.req(), f.text("error"), f.opt_text("reason"))
     if status != OK:
         raise IngestMessageError(f"unknown reply status {status[:16]!r}", f.seen_req)
     return _ACKS[kind](f)

@@ -4,7 +4,14 @@ writer and commit message.
 Write with ``df.writeStream.format("epochstream").option("topic", ...).option("catalog", ...)``.
 Options: ``topic`` (required), ``catalog`` (catalog path; default as :class:`Catalog`),
 ``ackTimeout`` (seconds a task waits for its flush acknowledgement, default 60),
-``commitTimeout`` (seconds the driver-side commit waits per partition, default 120).
+``commitTimeout`` (seconds the driver-side commit waits per partition, default 120),
+``clientKey`` (for a host started with ``security=``: the tasks' and the driver-side commit's
+CURVE key pair, the path of a ``NAME.key_secret`` certificate or a bare name looked up in
+``$EPOCHSTREAM_KEYS`` of the process that reads it; default none: plain TCP), ``serverKey``
+(pins the host's public key: Z85 text, a ``.key`` path or a name; default: the key the catalog
+records with each partition, which the host registered next to its ingest endpoint). The key
+pair needs a ``publish`` grant on the topic (docs/security.md); the option holds a path or a
+name, never the secret itself (options show in Spark's plans and UI).
 
 ``write()`` runs once per task attempt on an executor: Spark partition ``i`` goes to topic
 partition ``i % partitions``; each non-empty Arrow ``RecordBatch`` is sent to that partition's
@@ -22,12 +29,17 @@ Errors at the start of a query: ``streamWriter()`` checks (one catalog lookup, v
 :class:`IngestError` that says to start one. PySpark (4.x) calls ``streamWriter()`` in a Python
 worker when it plans a micro-batch — not during ``DataStreamWriter.start()``, which has no hook
 for a Python data source — so a query started without a host fails when it plans its first batch,
-before any task runs, with that one message (from ``awaitTermination()`` / ``exception()``).
-:func:`~epochstream.spark.start_query` makes the same check in the caller's process, so there
-``start`` itself raises. A Spark worker whose Python cannot import epochstream fails while
-unpickling this class, before any code of epochstream runs: :func:`~epochstream.spark.register`
-(and so ``start_query``) checks the workers' Python first (see
-:func:`~epochstream.spark.session.check_worker_python`).
+before any task runs, with that one message (from ``awaitTermination()`` / ``exception()``);
+likewise when the host is secured and the sink has no ``clientKey`` (or the reverse), or the
+key file cannot be read there. :func:`~epochstream.spark.start_query` makes the host check (not
+the key checks) in the caller's process, so there ``start`` itself raises. A key the host does
+not let in (not in its ``allow`` directory, the wrong ``serverKey``) fails the task at its next
+send or wait, at once (the client socket's monitor sees the failed handshake), with a message
+that says which; a key without a ``publish`` grant fails it with the host's "not authorised to
+publish to topic 'T'" (the commit too); nothing of such a task is staged. A Spark worker whose
+Python cannot import epochstream fails while unpickling this class, before any code of
+epochstream runs: :func:`~epochstream.spark.register` (and so ``start_query``) checks the
+workers' Python first (see :func:`~epochstream.spark.session.check_worker_python`).
 """
 
 from __future__ import annotations
@@ -41,8 +53,8 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from ..wire import codec
-from .client import (DEFAULT_COMMIT_TIMEOUT, IngestClient, client, drop_client, ingest_endpoints,
-                     require_host, send_commit)
+from .client import (DEFAULT_COMMIT_TIMEOUT, IngestClient, client_for, drop_client,
+                     ingest_targets, require_host, send_commit)
 from .ingest import Abort, Data, Flush, FlushAck, IngestError
 from .source import EpochstreamStreamReader, source_schema
 
@@ -108,17 +120,20 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
         self.catalog = options.get("catalog") or None
         self.ack_timeout = float(options.get("ackTimeout", DEFAULT_ACK_TIMEOUT))
         self.commit_timeout = float(options.get("commitTimeout", DEFAULT_COMMIT_TIMEOUT))
+        self.client_key: str | None = options.get("clientKey") or None
+        self.server_key: str | None = options.get("serverKey") or None
 
     def write(self, iterator: Iterator) -> EpochstreamCommitMessage:
         """Stage this task attempt's batches on its topic partition (executor side). Raises
         :class:`IngestError` when the host does not acknowledge them in time."""
         task = _Task.current()
-        endpoints = ingest_endpoints(self.catalog, self.topic)
-        tp = task.partition % len(endpoints)
+        targets = ingest_targets(self.catalog, self.topic)
+        tp = task.partition % len(targets)
+        c = client_for(targets[tp], self.topic, self.client_key, self.server_key)
         try:
-            rows, batches = self._stage(client(endpoints[tp]), task, iterator)
+            rows, batches = self._stage(c, task, iterator)
         except BaseException:
-            drop_client(endpoints[tp])  # its queue may hold a half-sent attempt
+            drop_client(targets[tp].endpoint)  # its queue may hold a half-sent attempt
             raise
         return EpochstreamCommitMessage(
             query_id=task.query_id, run_id=task.run_id, epoch=task.epoch,
@@ -149,21 +164,23 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
         :class:`IngestError` when a partition refuses or does not answer in time."""
         query = next((m.query_id for m in messages if m is not None), None)
         send_commit(self.catalog, self.topic, int(batchId), messages, query_id=query,
-                    timeout=self.commit_timeout)
+                    timeout=self.commit_timeout, client_key=self.client_key,
+                    server_key=self.server_key)
 
     def abort(self, messages: list, batchId: int) -> None:
         """ABORT the batch on every topic partition, best effort: failures are logged."""
         try:
-            endpoints = ingest_endpoints(self.catalog, self.topic)
+            targets = ingest_targets(self.catalog, self.topic)
         except Exception as e:  # noqa: BLE001 - abort is best effort
             log.warning("abort of epoch %s: cannot look up topic %r: %s", batchId, self.topic, e)
             return
-        for ep in endpoints:
+        for t in targets:
             try:
-                client(ep).request(Abort(None, int(batchId)), min(10.0, self.ack_timeout))
+                c = client_for(t, self.topic, self.client_key, self.server_key)
+                c.request(Abort(None, int(batchId)), min(10.0, self.ack_timeout))
             except Exception as e:  # noqa: BLE001
-                drop_client(ep)
-                log.warning("abort of epoch %s at %s failed: %s", batchId, ep, e)
+                drop_client(t.endpoint)
+                log.warning("abort of epoch %s at %s failed: %s", batchId, t.endpoint, e)
 
 
 class EpochstreamDataSource(DataSource):
@@ -190,7 +207,9 @@ class EpochstreamDataSource(DataSource):
         """The writer of one micro-batch (planning) or of one commit/abort. Raises
         :class:`IngestError` without a ``topic`` option, or when no live
         :class:`~epochstream.spark.SparkPublisherHost` serves the topic (the message says to
-        start one): the query then fails before its first task."""
+        start one), or when the host's security and the ``clientKey`` option do not match: the
+        query then fails before its first task."""
         writer = EpochstreamStreamWriter(self.options, schema)
-        require_host(writer.catalog, writer.topic)
+        require_host(writer.catalog, writer.topic, check_keys=True, client_key=writer.client_key,
+                     server_key=writer.server_key)
         return writer
