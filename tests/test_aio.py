@@ -2,7 +2,8 @@
 killed publisher process). Mirrors the threaded tests that matter: a join in the middle of an
 epoch, several partitions, credit, recover, PublisherLost; plus cancellation at random points
 under load (nothing lost, every epoch whole) and a send that waits for credit without blocking
-the event loop. Plain pytest: each test runs its own ``asyncio.run``."""
+the event loop. The coroutine tests run under pytest-asyncio (``@pytest.mark.asyncio``), each in
+an event loop of its own."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def _whole(epoch, messages: int, n: int = 4) -> None:
     assert {r["t"] for r in epoch.records} == {epoch.time}
 
 
-def test_join_mid_epoch_and_several_partitions(tmp_path):
+@pytest.mark.asyncio
+async def test_join_mid_epoch_and_several_partitions(tmp_path):
     async def main():
         cat = Catalog(tmp_path / "cat")
         pubs = [Publisher("a", catalog=cat, partition=p, partitions=2, heartbeat_interval=0.2)
@@ -53,10 +55,11 @@ def test_join_mid_epoch_and_several_partitions(tmp_path):
         for e in got:
             _whole(e, 2)
 
-    asyncio.run(main())
+    await main()
 
 
-def test_cancelled_pulls_at_random_points_lose_nothing(tmp_path):
+@pytest.mark.asyncio
+async def test_cancelled_pulls_at_random_points_lose_nothing(tmp_path):
     """A producer task publishes under flow control (credit) while the consumer's pulls are
     cancelled at random moments (``asyncio.wait_for`` with random tiny timeouts, and outright
     ``task.cancel()``): every epoch still arrives once, whole, in order."""
@@ -105,7 +108,7 @@ def test_cancelled_pulls_at_random_points_lose_nothing(tmp_path):
         sub.close()
         return got
 
-    got = asyncio.run(main())
+    got = await main()
     assert [e.time for e in got] == list(range(epochs))
     for e in got:
         _whole(e, messages)
@@ -113,7 +116,8 @@ def test_cancelled_pulls_at_random_points_lose_nothing(tmp_path):
     print(f"\n{stats['cancelled']} of {stats['pulls']} pulls cancelled; {len(got)} epochs whole")
 
 
-def test_send_waits_for_credit_without_blocking_the_loop(tmp_path):
+@pytest.mark.asyncio
+async def test_send_waits_for_credit_without_blocking_the_loop(tmp_path):
     """A subscriber that does not read holds the publisher back (credit): ``await send`` waits
     while another task of the same loop keeps running; reading releases it."""
     async def main():
@@ -151,7 +155,7 @@ def test_send_waits_for_credit_without_blocking_the_loop(tmp_path):
         sub.close()
         assert got == list(range(60))
 
-    asyncio.run(main())
+    await main()
 
 
 PUB_PROC = textwrap.dedent("""
@@ -166,7 +170,8 @@ PUB_PROC = textwrap.dedent("""
 """)
 
 
-def test_a_killed_publisher_is_publisher_lost(tmp_path, recover=False):
+@pytest.mark.asyncio
+async def test_a_killed_publisher_is_publisher_lost(tmp_path, recover=False):
     async def main():
         proc = subprocess.Popen([sys.executable, "-c", PUB_PROC, str(tmp_path / "cat")],
                                 stdout=subprocess.PIPE, text=True)
@@ -187,10 +192,11 @@ def test_a_killed_publisher_is_publisher_lost(tmp_path, recover=False):
             proc.kill()
             proc.wait(10)
 
-    asyncio.run(main())
+    await main()
 
 
-def test_recover_reports_a_gap_then_whole_epochs(tmp_path):
+@pytest.mark.asyncio
+async def test_recover_reports_a_gap_then_whole_epochs(tmp_path):
     """An aborted publisher (epoch 1 half sent) and its successor: the pulling task sees epoch
     0, a Gap, then the successor's epochs whole — never the half epoch."""
     async def main():
@@ -226,7 +232,7 @@ def test_recover_reports_a_gap_then_whole_epochs(tmp_path):
         sub.close()
         return items
 
-    items = asyncio.run(main())
+    items = await main()
     assert items[0].time == 0 and isinstance(items[1], Gap) and items[1].reason == "aborted"
     epochs = {i.time: list(i.records) for i in items if not isinstance(i, Gap)}
     assert epochs.get(1, ["whole-1"]) == ["whole-1"] and epochs[2] == ["whole-2"]
@@ -245,7 +251,8 @@ def test_the_readme_example_runs_as_written(tmp_path):
     assert out.stdout == expected
 
 
-def test_events_cancelled_at_random_points_lose_nothing(tmp_path):
+@pytest.mark.asyncio
+async def test_events_cancelled_at_random_points_lose_nothing(tmp_path):
     """``events()`` pulled one event at a time with random tiny deadlines (each cancellation
     closes that generator; the next ``events()`` goes on): rebuilding epochs from the data
     events and the frontier changes gives every epoch once, whole."""
@@ -292,7 +299,7 @@ def test_events_cancelled_at_random_points_lose_nothing(tmp_path):
         sub.close()
         return data, cancelled
 
-    data, cancelled = asyncio.run(main())
+    data, cancelled = await main()
     assert sorted(data) == list(range(epochs))
     for t, recs in data.items():
         assert sorted((r["m"], r["i"]) for r in recs) == \
@@ -301,7 +308,8 @@ def test_events_cancelled_at_random_points_lose_nothing(tmp_path):
     print(f"\nevents(): {cancelled} pulls cancelled; {len(data)} epochs whole")
 
 
-def test_durable_resume_and_history_under_asyncio(tmp_path):
+@pytest.mark.asyncio
+async def test_durable_resume_and_history_under_asyncio(tmp_path):
     """The durable twin of tests/history: an aio subscriber joining at "earliest" reads the
     retained epochs whole, then the live ones; it acks some and closes; a second aio
     subscriber of the same durable name resumes exactly after the last ack (nothing acked
@@ -353,10 +361,11 @@ def test_durable_resume_and_history_under_asyncio(tmp_path):
         finally:
             pub.close()
 
-    asyncio.run(main())
+    await main()
 
 
-def test_a_secured_aio_subscriber_and_a_refused_one(tmp_path):
+@pytest.mark.asyncio
+async def test_a_secured_aio_subscriber_and_a_refused_one(tmp_path):
     """security= passes through: a granted key reads whole epochs; a key without a grant
     gets NotAuthorized from ``await wait_ready`` (and nothing of the stream)."""
     import zmq.auth
@@ -399,4 +408,4 @@ def test_a_secured_aio_subscriber_and_a_refused_one(tmp_path):
         finally:
             pub.close()
 
-    asyncio.run(main())
+    await main()
