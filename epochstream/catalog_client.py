@@ -3,9 +3,12 @@ returns — the same methods as the embedded :class:`~epochstream.catalog.Catalo
 request to ``epochstream catalog serve`` (:mod:`epochstream.catalog_server`), which runs it on
 the SQLite file it owns. Messages: :mod:`epochstream.catalog_rpc`.
 
-URL: ``tcp://HOST:PORT``, optionally with ``?timeout=SECONDS&lease=SECONDS`` (so that a URL in
-``$EPOCHSTREAM_CATALOG``, ``--catalog`` or a Spark option can carry them). Keyword arguments of
-``Catalog(url, timeout=..., lease=...)`` win over the URL's.
+URL: ``tcp://HOST:PORT``, optionally with ``?timeout=SECONDS&lease=SECONDS`` and, for a service
+started with ``--key``, ``client_key=KEY&server_key=KEY`` (so that a URL in
+``$EPOCHSTREAM_CATALOG``, ``--catalog`` or a Spark option can carry them; each ``KEY`` a key
+file's path or a name in ``$EPOCHSTREAM_KEYS``, never the key itself: the client's secret
+``NAME.key_secret`` and the service's public ``NAME.key``). Keyword arguments of
+``Catalog(url, timeout=..., lease=..., security=...)`` win over the URL's.
 
 - **Timeouts.** Every request waits at most ``timeout`` seconds (default
   :data:`DEFAULT_TIMEOUT`) for its answer, then raises
@@ -50,7 +53,7 @@ import time
 import weakref
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 import zmq
 
@@ -95,23 +98,43 @@ def local_home() -> Path:
     return Path(os.environ.get(HOME_VAR) or "~/.epochstream").expanduser().absolute()
 
 
-def parse_url(url: str) -> tuple[str, int, dict[str, float]]:
-    """``(host, port, {"timeout": s, "lease": s})`` of ``tcp://HOST:PORT[?timeout=S&lease=S]``.
+def parse_url(url: str) -> tuple[str, int, dict[str, Any]]:
+    """``(host, port, params)`` of ``tcp://HOST:PORT[?timeout=S&lease=S&client_key=K&server_key=K]``:
+    ``params`` holds the ones given (``timeout``/``lease`` as seconds, the keys as text).
     Raises :class:`CatalogError` for anything else (another scheme, no port, a ``*`` port, an
-    unknown or non-positive parameter)."""
+    unknown or non-positive parameter, an empty key)."""
     m = _URL.match(url.strip()) if isinstance(url, str) else None
     if m is None or not 0 < int(m["port"]) < 65536:
         raise CatalogError(f"a network catalog is named tcp://HOST:PORT (optionally "
                            f"?timeout=SECONDS&lease=SECONDS), got {url!r}")
-    params: dict[str, float] = {}
+    params: dict[str, Any] = {}
     for k, v in parse_qsl(m["query"] or "", keep_blank_values=True, strict_parsing=False):
+        if k in ("client_key", "server_key"):
+            if not v.strip():
+                raise CatalogError(f"catalog URL {url!r}: {k} is empty")
+            params[k] = v.strip()
+            continue
         if k not in ("timeout", "lease"):
-            raise CatalogError(f"catalog URL {url!r}: unknown parameter {k!r} (timeout, lease)")
+            raise CatalogError(f"catalog URL {url!r}: unknown parameter {k!r} (timeout, lease, "
+                               f"client_key, server_key)")
         try:
             params[k] = _seconds(k, float(v))
         except ValueError:
             raise CatalogError(f"catalog URL {url!r}: {k} must be seconds > 0, got {v!r}") from None
     return m["host"].lower(), int(m["port"]), params
+
+
+def _url_security(url: str, params: dict) -> Any:
+    """The CURVE client of a URL's ``client_key``/``server_key`` (both needed)."""
+    from .security import Security
+
+    if "client_key" not in params or "server_key" not in params:
+        raise CatalogError(f"catalog URL {url!r}: give client_key and server_key together")
+    try:
+        return Security.curve(client_secret=params["client_key"],
+                              server_public=params["server_key"])
+    except ValueError as e:
+        raise CatalogError(f"catalog URL {url!r}: {e}") from None
 
 
 def _seconds(what: str, value: Any) -> float:
@@ -166,13 +189,18 @@ class RemoteCatalog(Catalog):
             raise CatalogError(str(e)) from None
         self.url = f"tcp://{host}:{port}"
         # CURVE towards a secured service (docs/security.md): Security.curve(client_secret=...,
-        # server_public=<the service's key>); None: plain TCP
+        # server_public=<the service's key>), or the URL's client_key/server_key; None: plain
+        if security is None and ("client_key" in params or "server_key" in params):
+            security = _url_security(url, params)
         self.security = security if security is not None and security.enabled else None
         if self.security is not None and (not self.security.is_client
                                           or self.security.server_public is None):
             raise CatalogError("a secured catalog service needs Security.curve(client_secret=..., "
                                "server_public=<the service's public key>)")
-        self.path = CatalogURL(self.url)  # type: ignore[assignment]
+        keys = {k: params[k] for k in ("client_key", "server_key") if k in params}
+        # passed on (e.g. to Spark executors), the URL keeps the key names (never the keys)
+        self.path = CatalogURL(  # type: ignore[assignment]
+            self.url + (f"?{urlencode(keys)}" if keys else ""))
         self._pool_lock = threading.Lock()
         self._reset_process()
         self._closed = False

@@ -59,3 +59,36 @@ def test_serve_allow_without_key_is_a_usage_error(tmp_path):
     r = CliRunner().invoke(app, ["catalog", "serve", "--db", str(tmp_path / "db"),
                                  "--allow", str(tmp_path)])
     assert r.exit_code == 2 and "--allow needs --key" in r.output
+
+
+def test_a_catalog_url_carries_the_key_names(tmp_path, keys, monkeypatch):
+    """``tcp://HOST:PORT?client_key=K&server_key=K``: what a place that takes only a URL
+    (``--catalog``, ``$EPOCHSTREAM_CATALOG``, a Spark option) needs for a secured service. The
+    keys are paths or names in ``$EPOCHSTREAM_KEYS``; the client's ``path`` passes the names on
+    (never a secret); a key outside allow/ times out, half a pair or an unknown key file is a
+    CatalogError naming the URL."""
+    from epochstream.errors import CatalogError
+
+    db = tmp_path / "db"
+    sec = Security.curve(server_secret=keys.path("server"), allow=keys.allow)
+    with CatalogServer(db, "tcp://127.0.0.1:*", security=sec) as srv:
+        url = srv.endpoint
+        by_path = Catalog(f"{url}?client_key={keys.path('alice')}"
+                          f"&server_key={keys.dir / 'server.key'}&timeout=5")
+        by_path.create_topic("u.t")
+        monkeypatch.setenv("EPOCHSTREAM_KEYS", str(keys.dir))
+        by_name = Catalog(f"{url}?client_key=bob&server_key=server")
+        assert by_name.lookup("u.t").name == "u.t"
+        again = Catalog(str(by_name.path))  # passed on: the names travel, and still work
+        assert "client_key=bob" in str(by_name.path) and again.lookup("u.t").name == "u.t"
+        assert "timeout" not in str(by_path.path)
+        with pytest.raises(CatalogUnavailable):  # a key outside allow/
+            Catalog(f"{url}?client_key=mallory&server_key=server&timeout=1")
+        with pytest.raises(CatalogError, match="together"):
+            Catalog(f"{url}?client_key=alice")
+        with pytest.raises(CatalogError, match="nobody"):
+            Catalog(f"{url}?client_key=nobody&server_key=server")
+        with pytest.raises(CatalogError, match="empty"):
+            Catalog(f"{url}?client_key=&server_key=server")
+        for c in (by_path, by_name, again):
+            c.close()
