@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo demo-cluster test bench bench-quick install clean api typecheck
+.PHONY: demo demo-cluster test bench bench-quick bench-all install clean api typecheck
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) -m benchmarks --quick $(ARGS)
+
+# the core suite plus the feature cases (history, groups, pushdown, catalog, spark_source,
+# security): about 40 minutes in full
+bench-all: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) -m benchmarks --all $(ARGS)
 
 # API reference from the docstrings (pdoc) into docs/api/: about 0.9 MB of HTML, no source
 # listings, no search index. Open docs/api/index.html.

@@ -51,7 +51,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
+"""Where result files go: ``benchmarks/results``, or ``$BENCH_RESULTS`` for a trial run."""
 DOCS = ROOT / "docs"
 IMG = DOCS / "img"
 

@@ -1,7 +1,11 @@
-"""``python -m benchmarks [--quick] [--case NAME ...] [--no-report]``
+"""``python -m benchmarks [--quick] [--all] [--case NAME ...] [--no-report]``
 
-Runs the benchmark cases (default: all), writes ``benchmarks/results/<case>.json`` after each
-case and regenerates ``docs/benchmarks.md`` + ``docs/img/*.png`` from every result file present.
+Runs the benchmark cases (default: the core suite, :data:`CORE` — the transport's throughput,
+latency, fan-out, scale, peers and this machine's ceilings, issue 10; ``--all`` adds the
+feature cases :data:`FEATURES` — durable history, consumer groups, filters at the source, the
+network catalog, the Spark source, CURVE — each also runnable alone with ``--case``), writes
+``benchmarks/results/<case>.json`` after each case (``$BENCH_RESULTS``: another directory, for
+trial runs that must not replace the published results) and regenerates ``docs/benchmarks.md`` + ``docs/img/*.png`` from every result file present.
 Installs what it needs when missing: the ``bench`` pip extras into this interpreter, and
 redis-server / nats-server with apt-get (root). ``--quick`` runs a reduced grid with short runs
 (0.6 s instead of 5 s, fewer repeats; the report labels them) in under 3 minutes, without the
@@ -21,8 +25,12 @@ import time
 
 from . import RESULTS, save_result
 
-CASES = ("filter", "e2e", "peers", "fanout", "spark", "frontier", "limits", "latejoin", "latency",
-         "memory", "scale", "history", "groups", "pushdown", "catalog", "spark_source", "security")
+CORE = ("filter", "e2e", "peers", "fanout", "spark", "frontier", "limits", "latejoin", "latency",
+        "memory", "scale")
+"""``make bench`` (≤ 20 minutes) and ``make bench-quick`` (≤ 3 minutes): issue 10's suite."""
+FEATURES = ("history", "groups", "pushdown", "catalog", "spark_source", "security")
+"""``make bench-all`` adds these (about 20 minutes more in full): one case per feature issue."""
+CASES = CORE + FEATURES
 MODULES = {"filter": "bench_filter", "e2e": "bench_e2e", "peers": "bench_peers",
            "fanout": "bench_fanout", "spark": "bench_spark", "frontier": "bench_frontier",
            "limits": "bench_limits", "latejoin": "bench_latejoin", "latency": "bench_latency",
@@ -77,10 +85,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="reduced grid, 0.6 s runs (labelled quick), about 3 minutes")
     ap.add_argument("--case", action="append", choices=CASES, metavar="NAME",
                     help=f"run only this case (repeatable): {', '.join(CASES)}")
+    ap.add_argument("--all", action="store_true",
+                    help=f"also the feature cases ({', '.join(FEATURES)})")
     ap.add_argument("--no-report", action="store_true", help="do not regenerate docs/benchmarks.md")
     args = ap.parse_args(argv)
-    cases = args.case or [c for c in CASES if (c != "frontier" or _frontier_available())
-                           and not (args.quick and c in NOT_QUICK)]
+    cases = args.case or [c for c in (CASES if args.all else CORE)
+                          if (c != "frontier" or _frontier_available())
+                          and not (args.quick and c in NOT_QUICK)]
     if "frontier" in cases and not _frontier_available():
         print("case 'frontier': benchmarks/bench_frontier.py is not there; skipped")
         cases = [c for c in cases if c != "frontier"]

@@ -37,7 +37,8 @@ from epochstream.order import TOTAL, product  # noqa: E402
 
 SIZES = (1, 4, 16, 64)
 ORDERS = {"total": TOTAL, "product(2)": product(2), "product(3)": product(3)}
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "frontier.json")
+RESULTS = os.path.join(os.environ.get("BENCH_RESULTS") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "results"), "frontier.json")
 
 
 def antichain_of(order, w: int, base: int = 0) -> list:
