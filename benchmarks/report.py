@@ -67,24 +67,34 @@ scored in a full run):
   in process and CPU-bound, 5 interleaved rounds).
 - `scale`: antichain widths 1, 4, 16, 64 (2, 8, 32 cut) and 2 repeats (no target is scored on it).
 - `limits`: 0.5 s per zmq size and framing, 5 rounds.
-- `history` (issue 11): 3 live variants and 3 catch-up reads per repeat (the reads take as long as
-  the live run's records need), 25 resume samples per mode, a 2 s profile per retention setting:
-  about 3.5 minutes full (measured: 205 s), 35 s quick. It adds to the 20-minute budget above.
-- `groups` (issue 12): 8 worker-count/work-time variants × 5 repeats × 5 s (a pool of worker
-  processes started once), 20 redelivery samples per kind and poll interval, a 2 s profile and a
-  backlog sweep: about 4 minutes full (measured: 239 s), 26 s quick; it adds to the budget too.
+- The feature cases (`history`, `groups`, `pushdown`, `catalog`, `spark_source`, `security`)
+  are not in `make bench`/`make bench-quick`: `make bench-all` (or `--all`) adds them, each
+  also runs alone with `--case` (their run times are in "Runs in these files" above).
 - `--quick`: 0.6 s runs, 3 repeats (fewer than the rules ask, and labelled so), fan-out 1 and 4
   subscribers, scale with one repeat, latency with 1,000 samples per level, and no `spark` case
   (the JVM's start-up and warm-up alone take most of a minute; run it with
   `python -m benchmarks --quick --case spark`; the last `spark` result file stays in this page,
   with its date).
 
-Estimated full run, from the plans and the quick runs' per-run overhead (not verified by a full
-run in this revision): filter ~1 min, e2e ~1 min, peers ~6 min, fanout ~3 min, spark ~3.5 min,
-frontier ~0.7 min, limits ~1.1 min, latejoin < 0.2 min, latency ~1–1.6 min (peak, then 10,000
-samples at 10 %, 50 % and 90 %; each level capped at 60 s of sending), memory ~0.5 min, scale
-~3 min: about 20 minutes on an otherwise idle machine; more under load from other processes.
 """
+
+def _budget_measured(results_by_name: dict) -> list[str]:
+    """The core suite's measured run time: the ``wall_s`` of each core case's result file (only
+    when they all come from one kind of run, full or quick)."""
+    got = {n: r for n, r in results_by_name.items() if r and r.get("wall_s") is not None}
+    if not got:
+        return []
+    kinds = {bool(r.get("quick")) for r in got.values()}
+    total = sum(float(r["wall_s"]) for r in got.values())
+    missing = sorted(set(results_by_name) - set(got))
+    parts = ", ".join(f"{n} {float(r['wall_s']) / 60:.1f}" for n, r in got.items())
+    mode = ("mixed full and quick result files" if len(kinds) > 1
+            else "quick" if kinds == {True} else "full")
+    return [f"\nMeasured, from the result files' run times ({mode}): {parts} minutes; "
+            f"together {total / 60:.1f} minutes"
+            + (f" (no result file with a run time: {', '.join(missing)})" if missing else "")
+            + ", plus the report.\n"]
+
 
 PROFILE_HOWTO = """\
 ## What still limits the missed targets
@@ -603,7 +613,12 @@ def write() -> Path:
     if opt:
         out += _optimizations_section(opt) + ["\n"]
     out.append(NOT_YET + "\n")
-    out.append(BUDGET + "\n")
+    out.append(BUDGET)
+    out += _budget_measured(results_by_name={
+        "filter": filt, "e2e": e2e, "peers": peers, "fanout": fanout, "spark": spark,
+        "frontier": fr, "limits": limits, "latejoin": lj, "latency": lat, "memory": mem,
+        "scale": sc})
+    out.append("\n")
     out.append(PROFILE_HOWTO + "\n")
     out += _machine_section(results)
     DOCS.mkdir(parents=True, exist_ok=True)
