@@ -29,7 +29,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import median
+from . import median, paired
 
 
 def _count_subscriber(topic, catalog_path, expected, q):
@@ -199,7 +199,7 @@ def run(quick: bool = False, log=print) -> dict:
         return {"available": False, "reason": "no Java on PATH (PySpark needs Java 17)", "ok": True}
     days = 60 if quick else 365
     days_per_batch = 10 if quick else 30
-    repeats = 1 if quick else 2
+    repeats = 1 if quick else paired.repeats(False)  # the rules: at least 5 paired repeats
     t_all = time.monotonic()
     files = flights.day_files(days)
     workdir = Path(tempfile.mkdtemp(prefix="bench-spark-"))
