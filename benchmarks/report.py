@@ -111,8 +111,13 @@ and the wide spread of that ratio (targets table). What would close it: fewer Py
 two `DataMessage` objects, one per layer) and fewer frames per message (the time header and
 payload in one frame would change the wire format). At 1000 tuples per message the subscriber
 is decode-bound (see the decode-only ceiling) and the remaining gap is garbage collection of the
-decoded arrays; for Arrow at 38 KB the publisher's per-message path and the second process share
-the 2 cores with the receiver.
+decoded arrays. For Arrow at 38 KB the subscriber is saturated too:
+`results/profile_subscriber_arrow.txt` (`python -m benchmarks.profile_arrow`: cProfile of the
+subscriber's `events()`, the publisher in its own process) shows the subscriber at 95 % of one
+core, with the receive of the three frames (copying the 38 KB payload out of libzmq, and the
+`RCVMORE` reads, whose enum conversion inside pyzmq alone is ~5 %) ≈ 29 % of its time, the
+Arrow decode ≈ 16 % and the subscriber's per-message Python (`_handle`, `_data`, `_hand_out`,
+credit, `protocol.deliver`) most of the rest; pyzmq's 3-frame limit has none of the latter.
 
 The same per-message cost explains the other misses at 1 record per message:
 
