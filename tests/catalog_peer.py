@@ -35,4 +35,7 @@ def main(root: str, rounds: str, partitions: str, index: str) -> None:
 
 
 if __name__ == "__main__":
+    # a print writes each part on its own under PYTHONUNBUFFERED=1 (CI sets it): a peer
+    # killed between two parts left a cut line (a CI failure); buffered, a line is one write
+    sys.stdout.reconfigure(line_buffering=True, write_through=False)
     main(*sys.argv[1:])

@@ -2,7 +2,9 @@
 WORK_SECONDS [MAX_EPOCHS [KEY]]``. Prints ``leased T DELIVERIES`` when it gets a lease, ``acked T``
 once the ack was accepted (``acked T BUCKET CLOCK KEY,KEY,...`` in key_shared mode, with
 ``time.time()`` of the ack and the keys of the bucket's records), ``refused T`` if the ack was
-refused, ``done`` at the end (flushed lines; times as JSON)."""
+refused, ``done`` at the end (times as JSON). Each line goes out in one ``write``: with
+``PYTHONUNBUFFERED=1`` (CI sets it) ``print`` writes every part on its own, and a worker killed
+between two parts left a line cut after its first word (a CI failure)."""
 
 import json
 import sys
@@ -15,25 +17,32 @@ max_epochs = int(sys.argv[6]) if len(sys.argv) > 6 else 1
 key = sys.argv[7] if len(sys.argv) > 7 else None
 group = EpochGroup(topic, name, Catalog(catalog), mode=mode, ack_wait=30.0, poll_interval=0.01,
                    **({"key": key, "buckets": 8} if key else {}))
-print("ready", flush=True)
+
+
+def say(*parts) -> None:
+    sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
+    sys.stdout.flush()
+
+
+say("ready")
 while True:
     leases = group.fetch(max_epochs, expires=5.0)
     if not leases:
         break
     for lease in leases:
         t = json.dumps(lease.epoch.time)
-        print("leased", t, lease.deliveries, flush=True)
+        say("leased", t, lease.deliveries)
     for lease in leases:
         time.sleep(float(work))
         t = json.dumps(lease.epoch.time)
         try:
             lease.ack()
         except LeaseExpired:
-            print("refused", t, flush=True)
+            say("refused", t)
             continue
         if key:
             keys = ",".join(str(r[key]) for r in lease.epoch.records)
-            print("acked", t, lease.bucket, repr(time.time()), keys, flush=True)
+            say("acked", t, lease.bucket, repr(time.time()), keys)
         else:
-            print("acked", t, flush=True)
-print("done", flush=True)
+            say("acked", t)
+say("done")

@@ -269,4 +269,7 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+    # a print writes each part on its own under PYTHONUNBUFFERED=1 (CI sets it): a peer
+    # killed between two parts left a cut line (a CI failure); buffered, a line is one write
+    sys.stdout.reconfigure(line_buffering=True, write_through=False)
     main(sys.argv[1:])

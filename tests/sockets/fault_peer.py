@@ -54,4 +54,7 @@ def subscriber(endpoint, topic):
 
 
 if __name__ == "__main__":
+    # a print writes each part on its own under PYTHONUNBUFFERED=1 (CI sets it): a peer
+    # killed between two parts left a cut line (a CI failure); buffered, a line is one write
+    sys.stdout.reconfigure(line_buffering=True, write_through=False)
     {"publisher": publisher, "subscriber": subscriber, "burst": burst}[sys.argv[1]](*sys.argv[2:])
