@@ -156,7 +156,7 @@ def per_queued_message(n: int) -> dict:
 
 def run(quick: bool = False, log=print) -> dict:
     t0 = time.monotonic()
-    reps = 2 if quick else 3
+    reps = 2 if quick else paired.repeats(False)  # 5 in full: the rules' paired repeats
     n = 10_000 if quick else 40_000
     n = max(2000, int(n * min(1.0, paired.scale())))
     subs, queued = [], []
