@@ -1,5 +1,6 @@
 """A consumer-group worker process for tests: ``group_worker.py CATALOG TOPIC GROUP MODE
-WORK_SECONDS [MAX_EPOCHS [KEY]]``. Prints ``leased T DELIVERIES`` when it gets a lease, ``acked T``
+WORK_SECONDS [MAX_EPOCHS [KEY]]``. Prints ``leased T DELIVERIES`` when it gets a lease
+(``leased T DELIVERIES BUCKET`` in key_shared mode), ``acked T``
 once the ack was accepted (``acked T BUCKET CLOCK KEY,KEY,...`` in key_shared mode, with
 ``time.time()`` of the ack and the keys of the bucket's records), ``refused T`` if the ack was
 refused, ``done`` at the end (times as JSON). Each line goes out in one ``write``: with
@@ -31,7 +32,7 @@ while True:
         break
     for lease in leases:
         t = json.dumps(lease.epoch.time)
-        say("leased", t, lease.deliveries)
+        say("leased", t, lease.deliveries, *([lease.bucket] if key else []))
     for lease in leases:
         time.sleep(float(work))
         t = json.dumps(lease.epoch.time)
