@@ -15,6 +15,12 @@ readability — never inside a receive (the trap of pyzmq #1925, where a cancell
 until a later call hands it out; a pull cancelled while waiting keeps the gaps it met for the
 next one. Tested by cancelling pulls at random points under load (tests/test_aio.py).
 
+**Other tasks keep running.** Handing out what has already arrived (a burst, or a history
+fill read from the epoch log) never runs longer than :data:`YIELD_EVERY_S` without letting the
+event loop run its other tasks, and a history fill is read and decoded as it is handed out
+(``events()``: one message at a time; ``fetch``/``epochs()``: ``max_epochs`` at a time), never
+all at once, so memory stays bounded by what the caller holds.
+
 The ``aio.Publisher``'s ``send`` awaits room in the publisher's queue (flow control holds the
 queue back) instead of blocking the thread; ``flush``/``close`` run in a worker thread.
 
@@ -29,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+import types
 from typing import Any, AsyncIterator
 
 import zmq
@@ -39,10 +46,14 @@ from .transport.resume import HistoryBatch, Rejoined
 from .transport.publisher import Publisher as _Publisher
 from .transport.subscriber import Subscriber as _Subscriber
 
-__all__ = ["Subscriber", "Publisher", "WAIT_SLICE_S"]
+__all__ = ["Subscriber", "Publisher", "WAIT_SLICE_S", "YIELD_EVERY_S"]
 
 WAIT_SLICE_S = 0.05
 """Longest single wait for readability, seconds: liveness pings and checks run between."""
+
+YIELD_EVERY_S = 0.01
+"""Longest stretch, seconds, that the subscriber hands out what has already arrived (a burst,
+a history fill) before it lets the event loop run other tasks (``await asyncio.sleep(0)``)."""
 
 
 class Subscriber:
@@ -55,7 +66,9 @@ class Subscriber:
         self._sync = _Subscriber(topic, catalog, **options)
         self._shadows: dict[int, zmq.asyncio.Socket] = {}
         self._gaps: list[Gap] = []  # met by a pull that was cancelled while waiting
-        self._events: collections.deque = collections.deque()  # read, not yet handed out
+        # read, not yet handed out: events, and generators of a history fill's DataMessages
+        self._events: collections.deque = collections.deque()
+        self._awake = time.monotonic()  # when this subscriber last let other tasks run
 
     @classmethod
     async def create(cls, topic: str, catalog=None, **options: Any) -> "Subscriber":
@@ -63,6 +76,7 @@ class Subscriber:
         sub = cls.__new__(cls)
         sub._sync = await asyncio.to_thread(_Subscriber, topic, catalog, **options)
         sub._shadows, sub._gaps, sub._events = {}, [], collections.deque()
+        sub._awake = time.monotonic()
         return sub
 
     @property
@@ -93,8 +107,16 @@ class Subscriber:
         wait = max(0.0, min(timeout, WAIT_SLICE_S))
         if not socks:
             await asyncio.sleep(wait)
-            return
-        await poller.poll(int(wait * 1000))
+        else:
+            await poller.poll(int(wait * 1000))
+        self._awake = time.monotonic()
+
+    async def _breathe(self) -> None:
+        """Let the event loop run other tasks if this subscriber has kept it for more than
+        :data:`YIELD_EVERY_S` (cancelling it here loses nothing: nothing is in hand)."""
+        if time.monotonic() - self._awake > YIELD_EVERY_S:
+            await asyncio.sleep(0)
+            self._awake = time.monotonic()
 
     # -- pulling ---------------------------------------------------------------------------
     async def fetch(self, max_epochs: int = 1, max_bytes: int | None = None,
@@ -104,6 +126,7 @@ class Subscriber:
         until at least one epoch is there)."""
         deadline = None if expires is None else time.monotonic() + max(0.0, expires)
         while True:
+            await self._breathe()
             r = self._sync.fetch(max_epochs, max_bytes, no_wait=True)
             if r.gaps:
                 self._gaps.extend(r.gaps)
@@ -143,12 +166,21 @@ class Subscriber:
         stay with the subscriber: a generator closed by a cancellation loses none, the next
         ``events()`` starts with them. Not to be mixed with :meth:`fetch`/:meth:`epochs`.
         History fills are read in the event loop's thread (from the files, or the
-        publishers)."""
+        publishers), one message as it is handed out, letting other tasks run at least every
+        :data:`YIELD_EVERY_S`."""
         sync, pending = self._sync, self._events
         last = time.monotonic()
         while True:
             while pending:
-                item = pending.popleft()
+                await self._breathe()
+                item = pending[0]
+                if type(item) is types.GeneratorType:  # a history fill, read as handed out
+                    item = next(item, None)
+                    if item is None:
+                        pending.popleft()
+                        continue
+                else:
+                    pending.popleft()
                 last = time.monotonic()
                 yield item
             got = sync._poll(0)  # what has arrived, without waiting
@@ -171,20 +203,25 @@ class Subscriber:
             if m is None:
                 continue
             if kind is HistoryBatch:
-                decode = sync.codec.decode
-                for t, _recs, payloads in sync._history_reader().read(m.epochs):
-                    for _, payload in payloads:
-                        records = decode(payload)
-                        if sync._program is not None:
-                            records = sync._recheck(t, records)
-                            if records is None:
-                                continue
-                        pending.append(DataMessage(t, records, len(payload)))
+                pending.append(self._history_messages(m))
             elif kind is Rejoined:
                 if m.withdraw is not None:
                     pending.append(m.withdraw)
             else:
                 pending.append(m)
+
+    def _history_messages(self, batch: HistoryBatch):
+        """The :class:`DataMessage`\\ s of a history fill, read and decoded one at a time."""
+        sync = self._sync
+        decode = sync.codec.decode
+        for t, _recs, payloads in sync._history_reader().read(batch.epochs):
+            for _, payload in payloads:
+                records = decode(payload)
+                if sync._program is not None:
+                    records = sync._recheck(t, records)
+                    if records is None:
+                        continue
+                yield DataMessage(t, records, len(payload))
 
     async def wait_ready(self, timeout: float = 10.0) -> bool:
         """True once every partition's snapshot arrived (``timeout`` seconds at most)."""

@@ -409,3 +409,110 @@ async def test_a_secured_aio_subscriber_and_a_refused_one(tmp_path):
             pub.close()
 
     await main()
+
+
+def _retained_history(tmp_path, epochs: int, messages: int, n: int):
+    """A live, idle publisher of topic "h" with ``epochs`` retained epochs of ``messages``
+    messages of ``n`` tuples each; returns (catalog, publisher)."""
+    from epochstream import Retention
+
+    cat = Catalog(tmp_path / "cat")
+    pub = Publisher("h", catalog=cat, retention=Retention(dir=tmp_path / "logs"),
+                    heartbeat_interval=0.2)
+    for t in range(epochs):
+        for m in range(messages):
+            pub.send(t, [(t, m, i) for i in range(n)])
+        pub.advance_to(t + 1)
+    assert pub.flush(10)
+    return cat, pub
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("pull", ["events", "epochs"])
+async def test_a_long_history_fill_lets_other_tasks_of_the_loop_run(tmp_path, pull):
+    """Joining at "earliest" over a retained history (300 epochs x 4 messages x 300 tuples)
+    whose consumer never awaits in its loop body: another task of the event loop still runs
+    while the fill is handed out (before aio.YIELD_EVERY_S, handing out a fill never let go
+    of the loop: 0 ticks from its first item to its last). Every epoch whole."""
+    epochs, messages, n = 300, 4, 300
+    cat, pub = _retained_history(tmp_path, epochs, messages, n)
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    try:
+        async with aio.Subscriber("h", cat, start="earliest", timeout=10) as sub:
+            assert await sub.wait_ready(5)
+            at_first = None
+            got: dict = {}
+            if pull == "events":
+                from epochstream.events import DataMessage
+                seen = 0  # records (the publisher may have coalesced an epoch's messages)
+                async for ev in sub.events(timeout=10):
+                    if isinstance(ev, DataMessage):
+                        if at_first is None:
+                            at_first = ticks
+                        got.setdefault(ev.time, []).extend(ev.data)
+                        seen += len(ev.data)
+                        if seen == epochs * messages * n:
+                            break
+            else:
+                async for ep in sub.epochs(timeout=10):
+                    if at_first is None:
+                        at_first = ticks
+                    got[ep.time] = list(ep.records)
+                    if len(got) == epochs:
+                        break
+            during = ticks - at_first
+    finally:
+        task.cancel()
+        pub.close()
+    assert sorted(got) == list(range(epochs))
+    for t, recs in got.items():
+        assert sorted(recs) == [(t, m, i) for m in range(messages) for i in range(n)], t
+    assert during > 0, "the event loop ran no other task while the history fill was handed out"
+
+
+@pytest.mark.asyncio
+async def test_events_reads_a_history_fill_as_it_hands_it_out(tmp_path):
+    """``events()`` over a retained history decodes it one message at a time: the memory
+    allocated until its first data event is a small part of the fill's decoded size (before,
+    the whole fill was read and decoded into the pending events at once)."""
+    import tracemalloc
+
+    from epochstream.events import DataMessage
+
+    epochs, messages, n = 200, 4, 300
+    cat, pub = _retained_history(tmp_path, epochs, messages, n)
+    try:
+        async with aio.Subscriber("h", cat, start="earliest", timeout=10) as sub:
+            assert await sub.wait_ready(5)
+            tracemalloc.start()
+            try:
+                gen = sub.events(timeout=10)
+                first = await gen.__anext__()
+                while not isinstance(first, DataMessage):
+                    first = await gen.__anext__()
+                _, peak_first = tracemalloc.get_traced_memory()
+                tracemalloc.reset_peak()
+                held = [first]
+                seen = len(first.data)
+                async for ev in gen:  # hold every message: what the whole fill takes
+                    if isinstance(ev, DataMessage):
+                        held.append(ev)
+                        seen += len(ev.data)
+                        if seen == epochs * messages * n:
+                            break
+                whole, _ = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            await gen.aclose()
+    finally:
+        pub.close()
+    assert sorted({ev.time for ev in held}) == list(range(epochs))
+    assert peak_first < whole / 10, (peak_first, whole)
