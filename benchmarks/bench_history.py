@@ -559,26 +559,9 @@ def fsync_cost(n: int = 300, base: str | None = None) -> dict:
 
 # =============================================================================================
 
-def run(quick: bool = False, log=print) -> dict:
-    seconds = paired.seconds(quick)
-    n_rep = paired.repeats(quick)
-    base = os.environ.get("BENCH_HISTORY_DIR") or None
-    t_all = time.monotonic()
-    fs = fsync_cost(100 if quick else 500, base=base)
-    log(f"  fsync after a 100 B append: median {fs['fsync_100B']['median_ms'] * 1e3:.0f} µs, "
-        f"p99 {fs['fsync_100B']['p99_ms'] * 1e3:.0f} µs ({fs['storage']['fstype']} on {fs['storage']['device']})")
-    library = _library()
-    log(f"  epochstream from {library['dir']} (commit {library.get('commit', '?')[:10]}, "
-        f"{library.get('uncommitted_in_epochstream', '?')} uncommitted file(s) in epochstream/)")
-    rows = []
-    for rep in range(n_rep):
-        for v in VARIANTS:
-            row, rrows = live_run(v, seconds, base=base, time_limit=60 + 3 * seconds,
-                                  replays=REPLAYS if v == "frontier" else ())
-            for r in [row, *rrows]:
-                r["repeat"] = rep
-                rows.append(r)
-                log(f"  history #{rep} {r['variant']:11s}: " + _fmt(r))
+def summarize(rows: list[dict]) -> dict:
+    """The per-variant summaries and the paired ratios (with their targets and verdicts) of the
+    throughput and catch-up ``rows`` of :func:`run`."""
     summary = {"variants": {}, "ratios": []}
     for v in (*VARIANTS, *REPLAYS):
         rs = [r for r in rows if r["variant"] == v and r.get("ok")]
@@ -603,11 +586,36 @@ def run(quick: bool = False, log=print) -> dict:
             ("replay_cold", "off", "records_per_s", None, "history replay after dropping the segments from the page cache ÷ live (off)"),
             ("history", "off", "records_per_s", None, "History(topic).epochs() ÷ live (off)"),
             ("replay_remote", "off", "records_per_s", None, "history replay read through the live publisher (remote history) ÷ live (off)"),
-            ("history_remote", "off", "records_per_s", None, "History(topic, source=\"publisher\").epochs() ÷ live (off)")):
+            ("history_remote", "off", "records_per_s", None, "History(topic, source=\"publisher\").epochs() ÷ live (off)"),
+            ("replay", "off", "sub_cpu_s_per_M", None, "subscriber CPU per record (process), history replay ÷ live (off)")):
         ps = paired.summary(paired.pair_ratios(rows, a, b, key=key))
         summary["ratios"].append({"a": a, "b": b, "key": key, "what": what, "target": target,
                                   "paired": ps,
                                   "verdict": paired.verdict(ps, target) if target else None})
+    return summary
+
+
+def run(quick: bool = False, log=print) -> dict:
+    seconds = paired.seconds(quick)
+    n_rep = paired.repeats(quick)
+    base = os.environ.get("BENCH_HISTORY_DIR") or None
+    t_all = time.monotonic()
+    fs = fsync_cost(100 if quick else 500, base=base)
+    log(f"  fsync after a 100 B append: median {fs['fsync_100B']['median_ms'] * 1e3:.0f} µs, "
+        f"p99 {fs['fsync_100B']['p99_ms'] * 1e3:.0f} µs ({fs['storage']['fstype']} on {fs['storage']['device']})")
+    library = _library()
+    log(f"  epochstream from {library['dir']} (commit {library.get('commit', '?')[:10]}, "
+        f"{library.get('uncommitted_in_epochstream', '?')} uncommitted file(s) in epochstream/)")
+    rows = []
+    for rep in range(n_rep):
+        for v in VARIANTS:
+            row, rrows = live_run(v, seconds, base=base, time_limit=60 + 3 * seconds,
+                                  replays=REPLAYS if v == "frontier" else ())
+            for r in [row, *rrows]:
+                r["repeat"] = rep
+                rows.append(r)
+                log(f"  history #{rep} {r['variant']:11s}: " + _fmt(r))
+    summary = summarize(rows)
     for x in summary["ratios"]:
         p = x["paired"]
         if p:

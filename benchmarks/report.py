@@ -695,6 +695,44 @@ def _history_targets(hist) -> list:
     return rows
 
 
+def _replay_profile_note(h, pr) -> list[str]:
+    """Why replay runs at live delivery's speed: the paired CPU per record of the ``history``
+    case, and the in-process steps of ``results/profile_replay.json``."""
+    cpu = next((x["paired"] for x in h["summary"]["ratios"]
+                if x["a"] == "replay" and x["b"] == "off" and x["key"] == "sub_cpu_s_per_M"), None)
+    if not pr or not pr.get("summary"):
+        return []
+    c = pr["median_cpu_s_per_M"]
+    r = pr["ratios_records_per_s"]
+    def cores(v):  # CPU seconds of the process ÷ wall seconds, median over the repeats
+        xs = [r["sub_cpu_s"] / r["seconds"] for r in h["rows"]
+              if r["variant"] == v and r.get("ok") and r.get("sub_cpu_s") and r.get("seconds")]
+        return median(xs) if xs else float("nan")
+    out = [f"\n**Why replay is not faster than live delivery.** Both are bound by decoding on one "
+           f"core: the live subscriber process runs at {cores('off'):.2f} cores (median; its "
+           f"Python thread at one, libzmq's I/O thread the rest) and the replaying one at "
+           f"{cores('replay'):.2f}"]
+    if cpu:
+        out.append(f", and replay needs less CPU per record than the live subscriber "
+                   f"({_pm(cpu)} of it, paired)")
+    out.append(f". In one process (`python -m benchmarks.profile_replay`, "
+               f"`results/profile_replay.json`: {pr['records'] / 1e6:g} M tuples, {pr['repeats']} "
+               f"repeats in rotated order; CPU s per M records, medians): reading the segments with "
+               f"every CRC-32 check costs {c['read']:.3f}; decoding alone {c['decode']:.3f}, decoding "
+               f"with each epoch's records alive together (as the live assembler and replay both do, "
+               f"so the cyclic garbage collector walks them) {c['decode_epoch']:.3f}; the whole "
+               f"`History.epochs()` {c['history']:.3f}; a subscriber's replay {c['replay']:.3f}. "
+               f"So the log's own part is about {c['read'] / c['history'] * 100:.0f} % of replay; "
+               f"the garbage collector is worth ×{r['history_nogc ÷ history']['median']:.2f} "
+               f"(`gc.disable()` around the run, not something a library may do to its caller), "
+               f"and live delivery pays it as well. Reading one epoch ahead in a second thread "
+               f"(the lever left last session) made replay slower: "
+               f"×{r['history_readahead ÷ history']['median']:.2f} "
+               f"({r['history_readahead ÷ history']['min']:.2f}–"
+               f"{r['history_readahead ÷ history']['max']:.2f}), not kept.\n")
+    return ["".join(out)]
+
+
 def _history_section(h) -> list[str]:
     f3 = lambda y: f"{y:.3f}"  # noqa: E731
     ms = lambda y: f"{y:.2f}"  # noqa: E731
@@ -769,6 +807,7 @@ def _history_section(h) -> list[str]:
         rows.append((_HIST_LABELS[v], f"{x['ok_runs']}/{x['runs']}", _pm(x["records_per_s"], _fmt_rate),
                      _pm(x["first_epoch_ms"], lambda y: f"{y:.1f}"), _pm(x["sub_cpu_s_per_M"], f3)))
     out.append(_table(["reader", "ok runs", "records/s", "first epoch ms", "CPU s / M rec"], rows))
+    out += _replay_profile_note(h, load_result("profile_replay"))
     rs = h.get("resume") or {}
     if rs.get("summary"):
         out.append(f"\n### Resume latency: a new process to its first epoch\n\n"

@@ -167,6 +167,21 @@ def test_history_profile_tiny(tmp_path):
     assert (tmp_path / "prof.txt").read_text().count("==== retention") == 3
 
 
+def test_replay_profile_tiny():
+    from benchmarks import bench_history, profile_replay
+    r = profile_replay.run(epochs=3, repeats=2)  # every step asserts it counted every record
+    assert r["records"] == 3 * profile_replay.MESSAGES * profile_replay.RECORDS
+    assert {x["variant"] for x in r["rows"]} == set(r["median_cpu_s_per_M"]) >= {"read", "replay"}
+    assert r["ratios_records_per_s"]["history_readahead ÷ history"]["n"] == 2
+    # the history case's summary can be recomputed from its rows (the report relies on it)
+    rows = [{"variant": v, "repeat": 0, "ok": True, "records_per_s": x, "sub_cpu_s_per_M": c}
+            for v, x, c in (("off", 2.0, 0.2), ("replay", 3.0, 0.1))]
+    ratios = {x["what"]: x for x in bench_history.summarize(rows)["ratios"]}
+    replay = next(x for x in ratios.values() if x["target"] == 1.0)
+    assert replay["paired"]["median"] == 1.5 and replay["verdict"].startswith("met")
+    assert next(x for x in ratios.values() if x["key"] == "sub_cpu_s_per_M")["paired"]["median"] == 0.5
+
+
 # -- consumer groups (issue 12): tiny versions of the ``groups`` case --
 
 def test_groups_tiny(tmp_path):
