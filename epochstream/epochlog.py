@@ -18,10 +18,13 @@ change appends its ``F`` record; when the changes the loop has at hand are writt
 :meth:`LogWriter.commit` ``fsync``\\ s (policy ``Retention.fsync``) and indexes the epochs they
 complete and the new frontiers in one catalog transaction (a group commit) — all *before* the
 loop sends those ``F`` messages, so an epoch a subscriber sees complete is always in the log.
-A segment is closed at the first epoch boundary after it reached ``segment_bytes`` at which no
-open epoch has records in it, so every epoch lives in exactly one segment and deleting a segment
-removes whole epochs. Retention
-(:func:`~epochstream.retention.segments_to_delete`) then deletes the oldest whole segments.
+A segment is closed at the first epoch boundary after it reached ``segment_bytes`` (or after
+its oldest epoch is older than ``max_age``: :func:`~epochstream.retention.segment_aged`) at
+which no open epoch has records in it, so every epoch lives in exactly one segment and deleting
+a segment removes whole epochs. Retention
+(:func:`~epochstream.retention.segments_to_delete`) then deletes the oldest whole segments: at
+each commit, when a log is opened, and, for the age limit, when the publisher's loop calls
+:meth:`LogWriter.expire` while it commits nothing (an idle publisher).
 
 A new publisher on a partition whose logged stream *finished* (closed: empty lower frontier)
 continues the same log with later epochs (the publisher decides where it starts: after the
@@ -50,7 +53,7 @@ from urllib.parse import quote
 from .catalog_history import EpochRecord, HistoryState
 from .errors import CatalogError, HistoryCorrupt, HistoryWriteError
 from .frontier import Antichain
-from .retention import Retention, SegmentStat, segments_to_delete
+from .retention import Retention, SegmentStat, segment_aged, segments_to_delete
 
 __all__ = ["LogWriter", "read_epoch", "segment_path", "partition_dir", "RECORD_HEADER"]
 
@@ -106,6 +109,8 @@ class LogWriter:
         self._file: Any = None
         self._failed: BaseException | None = None
         self._pending: tuple | None = None  # (lower, upper) written, not committed yet
+        self._frontiers: tuple = ((), ())  # (lower, upper) as last committed
+        self._oldest: float | None = None  # when the oldest epoch of the open segment completed
         self.state: HistoryState | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -146,6 +151,11 @@ class LogWriter:
         self._segment, self._offset = state.segment, state.committed
         self._segments = list(state.segments)
         self._lower = Antichain(self.order, state.lower)
+        self._frontiers = (tuple(state.lower), tuple(state.upper))
+        last = self._segments[-1] if self._segments else None
+        if last is not None and last.seq == self._segment and last.epochs:
+            self._oldest = last.last_completed  # (its newest: the segment closes no earlier)
+        self._apply_retention(_time.time())  # a log reopened after a while: limits apply now
         return state
 
     def close(self) -> None:
@@ -257,7 +267,8 @@ class LogWriter:
                                       tuple(tuple(x) for x in e.extents), e.nbytes, e.messages,
                                       e.crc, now))
         roll_to, new_file = None, None
-        if self._offset >= self.retention.segment_bytes and len(done) == len(self._open):
+        if (self._offset >= self.retention.segment_bytes
+                or segment_aged(self._oldest, self.retention, now)) and len(done) == len(self._open):
             roll_to = self._segment + 1
             try:  # created before the commit: a failure leaves these epochs incomplete
                 new_file = open(segment_path(self.dir, roll_to), "wb")
@@ -273,9 +284,12 @@ class LogWriter:
                 new_file.close()
             raise self._fail("index the completed epochs in the catalog", e) from e
         self._pending = None
+        self._frontiers = (lower, upper)
         for t in done:
             del self._open[t]
         self._lower = new_lower
+        if epochs and self._oldest is None:
+            self._oldest = now
         last = self._segments[-1]
         self._segments[-1] = SegmentStat(last.seq, self._offset, last.epochs + len(epochs),
                                          now if epochs else last.last_completed)
@@ -284,7 +298,53 @@ class LogWriter:
             self._file = new_file
             self._segment, self._offset = roll_to, 0
             self._segments.append(SegmentStat(roll_to, 0, 0, None))
+            self._oldest = None
         self._apply_retention(now)
+
+    def expire(self, now: float) -> None:
+        """Apply the age limit while nothing is being committed (``now``: ``time.time()``,
+        seconds): close the segment being written if its oldest epoch aged
+        (:func:`~epochstream.retention.segment_aged`) and no epoch is open in it, then delete
+        the segments the limits allow. Called by the publisher's loop every
+        :func:`~epochstream.retention.check_interval` (:meth:`open` and every commit apply
+        the limits too). A failure here is
+        logged and retried at the next call; it never fails the writer (no epoch is at stake)."""
+        if self._failed is not None or self._file is None:
+            return
+        if not self._open and self._pending is None and self._frontiers[0] and \
+                segment_aged(self._oldest, self.retention, now):
+            self._roll_idle()  # (not at an empty lower frontier: the next segment's ``since``)
+        self._apply_retention(now)
+
+    def _roll_idle(self) -> None:
+        """Close the segment being written at this epoch boundary and start the next one, with
+        no epoch to index (an idle log whose segment aged)."""
+        roll_to = self._segment + 1
+        path = segment_path(self.dir, roll_to)
+        try:
+            self._file.flush()
+            new_file = open(path, "wb")
+        except OSError as e:
+            log.warning("epoch log %s/%s: could not start segment %d (retried later): %s",
+                        self.topic, self.partition, roll_to, e)
+            return
+        lower, upper = self._frontiers
+        try:
+            self.catalog.history_commit(self.topic, self.partition, epochs=[], lower=lower,
+                                        upper=upper, segment=self._segment,
+                                        committed=self._offset, roll_to=roll_to,
+                                        durable=self.retention.fsync != "none")
+        except CatalogError as e:
+            new_file.close()
+            path.unlink(missing_ok=True)
+            log.warning("epoch log %s/%s: could not index segment %d (retried later): %s",
+                        self.topic, self.partition, roll_to, e)
+            return
+        self._file.close()
+        self._file = new_file
+        self._segment, self._offset = roll_to, 0
+        self._segments.append(SegmentStat(roll_to, 0, 0, None))
+        self._oldest = None
 
     def _apply_retention(self, now: float) -> None:
         n = segments_to_delete(self._segments, self.retention, now)

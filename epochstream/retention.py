@@ -19,14 +19,17 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["Retention", "SegmentStat", "segments_to_delete", "FSYNC_POLICIES", "DEFAULT_MAX_AGE",
-           "DEFAULT_MAX_BYTES", "DEFAULT_SEGMENT_BYTES"]
+__all__ = ["Retention", "SegmentStat", "segments_to_delete", "segment_aged", "check_interval",
+           "FSYNC_POLICIES", "DEFAULT_MAX_AGE", "DEFAULT_MAX_BYTES", "DEFAULT_SEGMENT_BYTES",
+           "MAX_CHECK_INTERVAL"]
 
 FSYNC_POLICIES = ("frontier", "none", "every")
 DEFAULT_MAX_BYTES = 1 << 30
 """1 GiB per partition."""
 DEFAULT_MAX_AGE = 7 * 24 * 3600.0
 """7 days, in seconds (Kafka's default ``retention.ms``)."""
+MAX_CHECK_INTERVAL = 60.0
+"""Longest time, seconds, between two age checks of an idle log (:func:`check_interval`)."""
 DEFAULT_SEGMENT_BYTES = 64 << 20
 """64 MiB."""
 
@@ -39,7 +42,11 @@ class Retention:
       next to the catalog file.
     - ``max_bytes``: bytes of segments kept per partition (default 1 GiB; ``None``: no limit).
     - ``max_age``: seconds an epoch is kept after it completed (default 7 days; ``None``: no
-      limit). A segment is deleted once its *newest* epoch is older.
+      limit). A segment is deleted once its *newest* epoch is older; the segment being written
+      is closed at the first epoch boundary after its *oldest* epoch is older (Kafka closes a
+      segment after ``segment.ms``), so an epoch is deleted between ``max_age`` and about
+      ``2 * max_age`` after it completed, also while the publisher is idle (checked every
+      :func:`check_interval`).
     - ``max_epochs``: epochs kept per partition (``None``, the default: no limit).
     - ``segment_bytes``: a segment is closed and a new one started at the first epoch boundary
       after it reached this size (default 64 MiB; a soft limit: a segment never splits an epoch).
@@ -136,3 +143,30 @@ def segments_to_delete(segments: Sequence[SegmentStat], retention: Retention,
         total_epochs -= s.epochs
         n = max(n, i + 1)
     return n
+
+
+def segment_aged(oldest_completed: float | None, retention: Retention, now: float) -> bool:
+    """True iff the segment being written should be closed at the next epoch boundary because
+    its oldest epoch completed (``oldest_completed``, ``time.time()`` seconds; ``None``: it
+    holds no complete epoch) more than ``max_age`` seconds before ``now``: otherwise a log that
+    grows slower than ``segment_bytes`` per ``max_age`` would keep its epochs for ever, the
+    segment being written never being deleted.
+
+    >>> segment_aged(100.0, Retention(max_age=60), now=161.0), segment_aged(None, Retention(), 1e12)
+    (True, False)
+    """
+    return (retention.max_age is not None and oldest_completed is not None
+            and now - oldest_completed > retention.max_age)
+
+
+def check_interval(retention: Retention) -> float | None:
+    """Seconds between two age checks of a log whose publisher commits nothing (idle): a tenth
+    of ``max_age``, at most :data:`MAX_CHECK_INTERVAL`; ``None`` without ``max_age`` (the other
+    limits only change when epochs are committed, and are applied then).
+
+    >>> check_interval(Retention()), check_interval(Retention(max_age=2.0)), check_interval(Retention(max_age=None))
+    (60.0, 0.2, None)
+    """
+    if retention.max_age is None:
+        return None
+    return min(MAX_CHECK_INTERVAL, retention.max_age / 10)

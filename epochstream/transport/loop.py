@@ -21,6 +21,7 @@ from ..order import check_time
 from ..events import InitialFrontierSnapshot
 from ..frontier import Antichain, apply_changes
 from ..order import dual
+from ..retention import check_interval
 from .fanout import Fanout
 from .handoff import Handoff
 from .history_server import HistoryServer
@@ -79,6 +80,9 @@ class PublisherLoop:
         self._unsent: list = []  # (update, frames) of frontier changes awaiting the commit
         self.log_error: HistoryWriteError | None = None  # set once the log failed
         self._log_closed = False
+        # the age limit also applies while nothing is committed (an idle publisher)
+        self._expire_every = None if self._log is None else check_interval(self._log.retention)
+        self._last_expire = _time.monotonic()
         # remote history reads (``r``) are served by a reader thread; None without a log
         self._history: HistoryServer | None = None
         self._ctx = p._ctx
@@ -178,6 +182,11 @@ class PublisherLoop:
             self._last_broadcast = now
             self._fanout.broadcast(wire.encode_heartbeat(list(self._loop_lower)), self._transmit,
                                    now, counted=False)
+        every = self._expire_every
+        if every is not None and now - self._last_expire >= every and not self._unsent \
+                and self.log_error is None and not self._log_closed:
+            self._last_expire = now
+            self._log.expire(_time.time())
 
     def _log_evictions(self) -> None:
         for message in self._fanout.log:

@@ -375,6 +375,128 @@ def test_retention_max_age(tmp_path, monkeypatch):
         assert all(t >= 20 for t, r in index.items() if r.segment == s.seq)
 
 
+def test_max_age_closes_a_slow_growing_segment_and_ages_it_out(tmp_path, monkeypatch):
+    """A log that grows far slower than ``segment_bytes`` (one segment for ever before): the
+    segment being written is closed at the first epoch boundary after its oldest epoch passed
+    ``max_age``, then deleted once its newest did; an epoch lives at most ~2 x max_age."""
+    import epochstream.epochlog as epochlog
+
+    clock = FakeClock()
+    monkeypatch.setattr(epochlog, "_time", clock)
+    log = Log(tmp_path, retention=Retention(max_age=100.0, max_bytes=None))  # 64 MiB segments
+    for e in range(30):  # an epoch every 10 s
+        _fill(log, 1, start=e)
+        clock.now += 10
+        index = log.index()
+        ages = [clock.now - r.completed_at for r in index.values()]
+        assert max(ages) <= 2 * 100.0 + 2 * 10, (e, ages)  # (checked at commits 10 s apart)
+    st_ = log.state()
+    assert len(st_.segments) >= 2 and st_.since > (0,), st_
+    _check_retained_suffix(log, 30)
+
+
+def test_expire_ages_out_an_idle_log_without_a_commit(tmp_path, monkeypatch):
+    """An idle publisher commits nothing: ``expire`` (the loop's periodic call) closes the aged
+    segment being written at the epoch boundary and deletes it once its newest epoch aged; it
+    never closes a segment while an epoch is open in it, nor at an empty lower frontier."""
+    import epochstream.epochlog as epochlog
+
+    clock = FakeClock()
+    monkeypatch.setattr(epochlog, "_time", clock)
+    log = Log(tmp_path, retention=Retention(max_age=100.0, max_bytes=None))
+    _fill(log, 5)
+    log.send(5, b"open epoch")  # epoch 5 is open in the segment: it must not close
+    clock.now += 150
+    log.w.expire(clock.now)
+    assert len(log.state().segments) == 1 and log.files() == {0}
+    log.advance([6])            # 5 completes now; the segment rolls at this commit (aged)
+    assert [s.seq for s in log.state().segments] == [0, 1]
+    clock.now += 50             # epochs 0-4 are 200 s old, epoch 5 50 s: segment 0 stays
+    log.w.expire(clock.now)
+    assert log.files() == {0, 1}
+    clock.now += 60             # now every epoch of segment 0 is older than max_age
+    log.w.expire(clock.now)
+    assert log.files() == {1} and log.index() == {} and log.state().since == (6,)
+    _fill(log, 2, start=6)      # the log goes on after an idle roll
+    clock.now += 101
+    log.w.expire(clock.now)     # idle: segment 1 aged, closed, still kept (its newest is 101 s)
+    assert log.state().segment == 2
+    clock.now += 100
+    log.w.expire(clock.now)
+    assert log.files() == {2} and log.index() == {} and log.state().since == (8,)
+    _fill(log, 1, start=8)
+    assert _check_retained_suffix(log, 9) == 8
+
+
+def test_a_reopened_log_applies_its_limits_at_once(tmp_path, monkeypatch):
+    """A publisher restarting on a log that aged while nobody wrote: the segments whose epochs
+    are all older than max_age are deleted when the log is opened, not at the first commit."""
+    import time
+
+    import epochstream.catalog_history as catalog_history
+    import epochstream.epochlog as epochlog
+
+    real = time
+
+    class Clock:  # the writer's and the catalog's time.time(); the rest of time as it is
+        now = real.time()
+
+        def time(self):
+            return self.now
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    clock = Clock()
+    monkeypatch.setattr(epochlog, "_time", clock)
+    monkeypatch.setattr(catalog_history, "time", clock)
+    log = Log(tmp_path, retention=Retention(segment_bytes=4096, max_age=100.0, max_bytes=None))
+    _fill(log, 20)
+    assert len(log.state().segments) >= 4
+    log.w.close()
+    clock.now += 1000
+    log.reopen()
+    st_ = log.state()
+    assert len(st_.segments) == 1 and log.files() == {st_.segment}
+
+
+def test_an_idle_live_publisher_ages_its_log_out(tmp_path):
+    """A real publisher that stops publishing but stays up: its loop applies max_age without
+    any commit, so its retained epochs are deleted ~max_age after they completed (before, an
+    idle publisher kept them until its next commit, whatever their age), and a durable
+    subscription positioned on them expires; the publisher then goes on logging."""
+    import time
+
+    from epochstream import History, Publisher, Subscriber
+    from epochstream.errors import SubscriptionExpired
+
+    cat = Catalog(tmp_path / "cat")
+    retention = Retention(dir=tmp_path / "logs", max_age=1.0, max_bytes=None)
+    with Publisher("idle", catalog=cat, retention=retention, heartbeat_interval=0.05) as pub:
+        for t in range(10):
+            pub.send(t, [{"t": t, "i": i} for i in range(20)])
+            pub.advance_to(t + 1)
+        assert pub.flush(5)
+        with Subscriber("idle", cat, durable="slow", start="earliest") as sub:
+            assert sub.wait_ready(5)
+            assert sub.position == (0,)
+        assert [e.time for e in History("idle", catalog=cat).epochs()] == list(range(10))
+        deadline = time.monotonic() + 10
+        while History("idle", catalog=cat).records() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert History("idle", catalog=cat).records() == []
+        assert History("idle", catalog=cat).since == (10,)
+        st_ = cat.history_state("idle", 0)
+        assert [p.name for p in Path(st_.dir).glob("*.eslog")] == [f"{st_.segment:010d}.eslog"]
+        with pytest.raises(SubscriptionExpired):
+            Subscriber("idle", cat, durable="slow")
+        pub.send(10, [{"t": 10, "i": 0}])
+        pub.advance_to(11)
+        assert pub.flush(5)
+        assert [(e.time, e.records) for e in History("idle", catalog=cat).epochs()] == \
+            [(10, [{"t": 10, "i": 0}])]
+
+
 def test_retention_expires_durable_behind_since(tmp_path):
     """A durable subscription whose position retention passes is marked expired."""
     log = Log(tmp_path, retention=Retention(segment_bytes=4096, max_epochs=4, max_bytes=None,
