@@ -20,10 +20,13 @@ Without ``security=`` there is no authentication: bind to an interface only trus
 reach (the default is ``tcp://127.0.0.1:7420``). With ``security=`` (``catalog serve --key
 --allow``, docs/security.md) the socket is a CURVE server: only keys in ``allow`` are answered
 at all; ``grant``/``revoke`` need an ``admin`` grant of the requesting key matching the pattern
-changed, and ``register_partition`` (a publisher claiming a partition, a
-:class:`~epochstream.spark.SparkPublisherHost` registering its ingest endpoints) a ``publish``
-(or ``admin``) grant matching the topic; otherwise the client gets
-:class:`~epochstream.errors.NotAuthorized`.
+changed, and every operation that changes a topic's state needs the grant of
+:data:`TOPIC_GRANTS` for that topic (as Kafka's ACLs map each request to an operation on a
+resource): a publisher's (``create_topic``, ``register_partition``, its frontiers, liveness
+and epoch log) ``publish``; a consumer's (durable subscriptions, consumer groups)
+``subscribe``; deleting a topic, a durable subscription or a group ``admin``. An ``admin``
+grant implies the others. Otherwise the client gets :class:`~epochstream.errors.NotAuthorized`
+and nothing changes. Reads (:data:`READ_OPS`) stay open to every allowed key.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from .catalog_schema import SCHEMA_VERSION
 from .errors import CatalogError, NotAuthorized
 from .security import Security, _allow_list, apply_server, grant_matches
 
-__all__ = ["CatalogServer", "DEFAULT_BIND", "DEFAULT_PORT"]
+__all__ = ["CatalogServer", "DEFAULT_BIND", "DEFAULT_PORT", "TOPIC_GRANTS", "READ_OPS"]
 
 log = logging.getLogger("epochstream.catalog")
 
@@ -192,8 +195,8 @@ class CatalogServer:
             op, args, kwargs = rpc.check_request(req)
             if self.security is not None and op in _ADMIN_OPS:
                 self._authorise_admin(op, args, kwargs, user)
-            if self.security is not None and op in _PUBLISH_OPS:
-                self._authorise_publish(op, args, kwargs, user)
+            if self.security is not None and op in TOPIC_GRANTS:
+                self._authorise_topic(op, TOPIC_GRANTS[op], args, kwargs, user)
             return {"ok": self._run(op, args, kwargs)}
         except Exception as e:  # noqa: BLE001 - every failure is the client's to hear about
             log.debug("catalog request failed: %r", e)
@@ -211,19 +214,22 @@ class CatalogServer:
                                 f"first one on the catalog file: epochstream grant add ... "
                                 f"--op admin --catalog PATH)", topic=str(pattern))
 
-    def _authorise_publish(self, op: str, args: list, kwargs: dict, user: str | None) -> None:
-        """Raise :class:`NotAuthorized` unless ``user`` holds a ``publish`` (or ``admin``)
-        grant whose pattern matches the topic of the request (its first argument)."""
+    def _authorise_topic(self, op: str, need: str, args: list, kwargs: dict,
+                         user: str | None) -> None:
+        """Raise :class:`NotAuthorized` unless ``user`` holds a ``need`` (or ``admin``) grant
+        whose pattern matches the topic of the request (its first argument)."""
         topic = args[0] if args else kwargs.get("topic")
         if not isinstance(topic, str):
             raise CatalogError(f"{op} needs a topic name (a string), got {topic!r:.80}")
         names = self._principals(user)
-        if not names or not grant_matches(self.catalog.grants(topic), names, topic, "publish"):
+        if not names or not grant_matches(self.catalog.grants(topic), names, topic, need):
+            what = {"publish": "publish to", "subscribe": "subscribe to",
+                    "admin": "administer"}[need]
             raise NotAuthorized(
-                f"not authorised to publish to topic {topic!r}: {op} on the catalog service "
-                f"needs a publish grant for the topic; {user or 'this client'} holds none "
-                f"(epochstream grant add KEY {topic!r} --op publish)", topic=topic,
-                principal=user or "")
+                f"not authorised to {what} topic {topic!r}: {op} on the catalog service "
+                f"needs a{'n' if need == 'admin' else ''} {need} grant for the topic; "
+                f"{user or 'this client'} holds none (epochstream grant add KEY {topic!r} "
+                f"--op {need})", topic=topic, principal=user or "")
 
     def _principals(self, user: str | None) -> tuple[str, ...]:
         """The requesting key and, with an ``allow`` directory, its certificate's name."""
@@ -246,9 +252,22 @@ class CatalogServer:
 _ADMIN_OPS = ("grant", "revoke")
 """Catalog operations that change who may do what: only for an ``admin`` key when secured."""
 
-_PUBLISH_OPS = ("register_partition",)
-"""Catalog operations that make a key a topic's publisher: only with a ``publish`` grant (or
-``admin``) for the topic when secured."""
+TOPIC_GRANTS = {
+    **dict.fromkeys(("create_topic", "register_partition", "close_partition", "record_upper",
+                     "heartbeat", "history_begin", "history_commit", "history_trim"), "publish"),
+    **dict.fromkeys(("durable_claim", "durable_ack", "durable_release", "durable_renew",
+                     "durable_reset", "group_open", "group_settle", "group_stop", "group_reset",
+                     "group_claim_read", "group_claim_apply"), "subscribe"),
+    **dict.fromkeys(("drop_topic", "durable_drop", "group_drop"), "admin"),
+}
+"""The grant (``publish``, ``subscribe`` or ``admin``) a key needs on a secured service for
+each catalog operation that changes a topic's state, checked against the topic of the request
+(its first argument); ``admin`` implies the others."""
+
+READ_OPS = frozenset({"topics", "lookup", "history_state", "history_states", "history_epochs",
+                      "history_epoch", "durables", "durable", "group_info", "groups",
+                      "group_epochs", "grants", "hello"})
+"""Catalog operations that change nothing: open to every allowed key (as ``grants``)."""
 
 
 def _version() -> str:

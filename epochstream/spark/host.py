@@ -377,12 +377,18 @@ class SparkPublisherHost:
     def start(self) -> SparkPublisherHost:
         """Create the topic and start serving every partition; returns ``self``. Raises
         :class:`IngestError` (after closing) if a partition cannot start, e.g. because a live
-        publisher holds it."""
+        publisher holds it; what the catalog raises creating the topic (after closing), e.g.
+        :class:`~epochstream.errors.NotAuthorized` from a secured catalog service for a key
+        without a ``publish`` grant."""
         if self._started:
             return self
         self._started = True
-        self.catalog.create_topic(self.topic, order="total", codec="arrow",
-                                  partitions=self.partitions, schema=self.schema)
+        try:
+            self.catalog.create_topic(self.topic, order="total", codec="arrow",
+                                      partitions=self.partitions, schema=self.schema)
+        except BaseException:
+            self.close()
+            raise
         if self.security is not None:  # reads the grants now, then every second
             self._authz = Authorizer(self.topic, self.security, self.catalog)
             self._authz.start(lambda: not self._stop.is_set())

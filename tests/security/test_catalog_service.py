@@ -70,6 +70,7 @@ def test_a_catalog_url_carries_the_key_names(tmp_path, keys, monkeypatch):
     from epochstream.errors import CatalogError
 
     db = tmp_path / "db"
+    Catalog(db).grant(keys.public["alice"].decode(), "u.*", "publish")  # to create u.t
     sec = Security.curve(server_secret=keys.path("server"), allow=keys.allow)
     with CatalogServer(db, "tcp://127.0.0.1:*", security=sec) as srv:
         url = srv.endpoint
