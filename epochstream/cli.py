@@ -657,8 +657,9 @@ app.add_typer(catalog_app, name="catalog", short_help="Run the catalog as a netw
          "live while their lease is renewed (10 s by default). Prints 'catalog service on "
          "ENDPOINT (database PATH)' once it serves (a * port resolved). Without --key: no "
          "authentication, bind to an interface only trusted hosts reach; with --key and --allow: "
-         "CURVE, only the allowed keys connect, grant/revoke need an admin grant and "
-         "registering a publisher's partition a publish grant (docs/security.md). Exit "
+         "CURVE, only the allowed keys connect, grant/revoke need an admin grant, and every "
+         "change to a topic the grant it needs: publish for a publisher's, subscribe for a "
+         "consumer's, admin for a drop (docs/security.md). Exit "
          "status 0 when stopped by a signal, 1 if the database or the "
          "address cannot be used, 2 for bad usage.")
 def catalog_serve(
