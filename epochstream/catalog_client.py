@@ -264,10 +264,15 @@ class RemoteCatalog(Catalog):
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not sock.poll(max(1, int(left * 1000))):
+                    hint = ("is `epochstream catalog serve` running there and reachable?"
+                            if self.security is None else
+                            "is `epochstream catalog serve` running there and reachable, is "
+                            "this client's key in its allow directory, and is server_key its "
+                            "public key? A CURVE service gives a refused key no answer")
                     raise CatalogUnavailable(
                         f"the catalog service {self.url} did not answer {op} within "
-                        f"{self.timeout:g} s (is `epochstream catalog serve` running there and "
-                        f"reachable?)", url=self.url, timeout=self.timeout, op=op)
+                        f"{self.timeout:g} s ({hint})", url=self.url, timeout=self.timeout,
+                        op=op)
                 frames = sock.recv_multipart()
                 if len(frames) == 2 and frames[0] == rid:
                     break  # (anything else: an answer to an abandoned request; not possible on a

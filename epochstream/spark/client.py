@@ -35,7 +35,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from ..catalog import Catalog
-from ..errors import EpochstreamError
+from ..errors import CatalogUnavailable, EpochstreamError
 from ..security import Security, apply_client
 from .ingest import (Abort, AttemptRef, Commit, CommitAck, Flush, IngestError, IngestMessageError,
                      IngestNotAuthorized, Refusal, Reply, Request, decode_reply, encode_request)
@@ -352,6 +352,9 @@ def require_host(catalog: str | None, topic: str, *, check_keys: bool = False,
             where = str(_catalog(catalog).path)
         except Exception:  # noqa: BLE001 - only for the message
             where = str(catalog) if catalog else "the default catalog"
+        if isinstance(e, CatalogUnavailable):  # not "no host": the catalog could not be asked
+            raise IngestError(f"cannot read catalog {where} to find the SparkPublisherHost of "
+                              f"topic {topic!r}: {e}") from None
         raise IngestError(
             f"no running SparkPublisherHost serves topic {topic!r} in catalog {where} ({e}). "
             f"Start one in the driver program before starting the query and keep it open while "
