@@ -56,7 +56,7 @@ from rich.markup import escape
 
 from . import __version__
 from . import demo as _demo
-from ._cli.catalogs import open_existing_catalog, unknown_topic
+from ._cli.catalogs import catalog_errors, open_existing_catalog
 from ._cli.durable import (durable_json, durables_table, find_durable, refuse_if_held,
                            reset_report, reset_target)
 from ._cli.formats import fmt_bytes
@@ -75,7 +75,7 @@ from ._cli.output import (EXIT_CLOSED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK,  #
 from ._cli.tail import Start, follow
 from ._cli.tail_output import TailWriter
 from ._cli.topics import topics_table
-from .errors import EpochstreamError, TopicNotFound
+from .errors import EpochstreamError
 
 __all__ = ["app", "main", "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
@@ -322,15 +322,11 @@ def durable_ls(
              "consumer group (\"kind\": \"group\")."),
 ) -> None:
     cat = open_existing_catalog(catalog)
-    try:
+    with catalog_errors(cat):
         if topic is not None:
             cat.lookup(topic)
         found = cat.durables(topic)
         groups = [(g, group_units(cat, g.topic, g.name)) for g in cat.groups(topic)]
-    except TopicNotFound as e:
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     console = out()
     if as_json:
         for d in found:
@@ -377,7 +373,7 @@ def durable_reset(
                                help="Reset it even while a live subscriber holds it."),
 ) -> None:
     cat = open_existing_catalog(catalog)
-    try:
+    with catalog_errors(cat):
         order = cat.lookup(topic).order
         d = find_durable(cat, topic, name)
         if not force:
@@ -385,10 +381,6 @@ def durable_reset(
         new = reset_target(cat, topic, order, to)
         lines = reset_report(cat, d, order, new)
         cat.durable_reset(topic, name, list(new))
-    except TopicNotFound as e:
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     console = out()
     for line in lines:
         console.print(escape(line), soft_wrap=True)
@@ -408,16 +400,12 @@ def durable_drop(
                                help="Drop it even while a live subscriber holds it."),
 ) -> None:
     cat = open_existing_catalog(catalog)
-    try:
+    with catalog_errors(cat):
         order = cat.lookup(topic).order
         d = find_durable(cat, topic, name)
         if not force:
             refuse_if_held(d, "drop")
         cat.durable_drop(topic, name)
-    except TopicNotFound as e:
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     out().print(escape(f"dropped durable subscription {name!r} of topic {topic!r} (it was at "
                        f"{fmt_position(order, d.position)})"), soft_wrap=True)
 
@@ -456,14 +444,10 @@ def group_ls(
                                  help="Print one JSON object per consumer group."),
 ) -> None:
     cat = open_existing_catalog(catalog)
-    try:
+    with catalog_errors(cat):
         if topic is not None:
             cat.lookup(topic)
         groups = [(g, group_units(cat, g.topic, g.name)) for g in cat.groups(topic)]
-    except TopicNotFound as e:
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     console = out()
     if as_json:
         for g, units in groups:
@@ -495,15 +479,11 @@ def group_info(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     cat = open_existing_catalog(catalog)
-    try:
+    with catalog_errors(cat):
         cat.lookup(topic)
         g = find_group(cat, topic, name)
         units = group_units(cat, topic, name)
         shown = None if as_json else info_lines(cat, g, units)
-    except TopicNotFound as e:
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     console = out()
     if shown is None:
         console.print(info_json(g, units), soft_wrap=True, markup=False)
@@ -533,16 +513,12 @@ def group_reset(
     catalog: Optional[str] = _catalog_option("to change"),
 ) -> None:
     cat = open_existing_catalog(catalog)
-    try:
+    with catalog_errors(cat):
         order = cat.lookup(topic).order
         g = find_group(cat, topic, name)
         if g.state == "stopped":
             reset_check(cat, g)
             cat.group_reset(topic, name)
-    except TopicNotFound as e:
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     at = fmt_position(order, g.position)
     if g.state != "stopped":
         line = f"consumer group {name!r} of topic {topic!r} is {g.state} (at {at}): nothing to reset"
@@ -567,16 +543,12 @@ def group_drop(
                                help="Drop it even while workers hold live leases."),
 ) -> None:
     cat = open_existing_catalog(catalog)
-    try:
+    with catalog_errors(cat):
         order = cat.lookup(topic).order
         g = find_group(cat, topic, name)
         if not force:
             refuse_if_leased(g, group_units(cat, topic, name), "drop")
         cat.group_drop(topic, name)
-    except TopicNotFound as e:
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     out().print(escape(f"dropped consumer group {name!r} of topic {topic!r} (it was at "
                        f"{fmt_position(order, g.position)})"), soft_wrap=True)
 
@@ -599,7 +571,7 @@ def drop(
              "ends; new ones cannot find it)."),
 ) -> None:
     cat = open_existing_catalog(catalog)
-    try:
+    with catalog_errors(cat):
         info = cat.lookup(topic)
         live = [p for p in info.partition_info if p.alive]
         if live and not force:
@@ -611,10 +583,6 @@ def drop(
         durables = cat.durables(topic)
         groups = cat.groups(topic)
         cat.drop_topic(topic)
-    except TopicNotFound as e:
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     try:
         deleted = delete_logs(logs)
     except OSError as e:

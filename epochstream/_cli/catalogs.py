@@ -5,9 +5,10 @@ that does not answer ends the command (status 1)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 
@@ -16,7 +17,7 @@ from ..errors import EpochstreamError, TopicNotFound
 from .output import EXIT_USAGE, fail
 
 __all__ = ["open_catalog", "catalog_file", "open_existing_catalog", "unknown_topic",
-           "given_catalog"]
+           "given_catalog", "catalog_errors"]
 
 
 def open_catalog(path: Optional[str]) -> Catalog:
@@ -76,3 +77,16 @@ def unknown_topic(cat: Catalog, e: TopicNotFound, waited: float = 0.0,
                else "; to wait for the topic to appear, pass --wait SECONDS"))
     return fail(f"unknown topic {e.topic!r} in catalog {cat.path} (existing topics: {known})"
                 f"{after}", EXIT_USAGE, hint=hint)
+
+
+@contextlib.contextmanager
+def catalog_errors(cat: Catalog) -> Iterator[None]:
+    """What a command that reads or changes one topic does with the catalog's errors raised in
+    the block: an unknown topic ends it with :func:`unknown_topic` (status 2), any other
+    :class:`~epochstream.errors.EpochstreamError` with its message (status 1)."""
+    try:
+        yield
+    except TopicNotFound as e:
+        raise unknown_topic(cat, e, can_wait=False) from None
+    except EpochstreamError as e:
+        raise fail(str(e)) from None

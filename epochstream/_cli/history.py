@@ -16,7 +16,7 @@ from ..catalog import Catalog
 from ..catalog_history import HistoryState
 from ..errors import EpochstreamError, HistoryCorrupt, HistoryUnavailable, TopicNotFound
 from ..history import History
-from .catalogs import unknown_topic
+from .catalogs import catalog_errors, unknown_topic
 from .formats import fmt_bytes, fmt_time, fmt_when
 from .output import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, err, fail
 from .positions import fmt_position, parse_position
@@ -70,12 +70,8 @@ def print_history(cat: Catalog, topic: str, since: Optional[str], until: Optiona
     """Print the retained epochs of ``topic`` at or beyond ``since`` and not at or beyond
     ``until`` (command-line texts, ``None``: no bound), then a summary on stderr."""
     console = err()
-    try:
+    with catalog_errors(cat):
         hist = History(topic, catalog=cat)
-    except TopicNotFound as e:
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     order = hist.order
     since_v, since_f = _option(order, "--since", since, ("earliest",))
     until_v, until_f = _option(order, "--until", until, ())
