@@ -214,14 +214,17 @@ class Subscriber:
         """The :class:`DataMessage`\\ s of a history fill, read and decoded one at a time."""
         sync = self._sync
         decode = sync.codec.decode
-        for t, _recs, payloads in sync._history_reader().read(batch.epochs):
-            for _, payload in payloads:
-                records = decode(payload)
-                if sync._program is not None:
-                    records = sync._recheck(t, records)
-                    if records is None:
-                        continue
-                yield DataMessage(t, records, len(payload))
+        try:
+            for t, _recs, payloads in sync._history_reader().read(batch.epochs):
+                for _, payload in payloads:
+                    records = decode(payload)
+                    if sync._program is not None:
+                        records = sync._recheck(t, records)
+                        if records is None:
+                            continue
+                    yield DataMessage(t, records, len(payload))
+        finally:
+            sync._batch_read()
 
     async def wait_ready(self, timeout: float = 10.0) -> bool:
         """True once every partition's snapshot arrived (``timeout`` seconds at most)."""

@@ -6,12 +6,14 @@ join, sockets and liveness policy). Decisions, on the catalog's word:
 - a partition that closed between the subscriber's catalog lookup and its hello stands in with
   its final upper frontier (an empty lower frontier);
 - a partition whose publisher aborted: :class:`~epochstream.errors.PublisherAborted`, or with
-  ``recover=True`` a wait of up to ``timeout`` seconds for a new live incarnation, then a re-join;
+  ``recover=True`` a wait of up to ``timeout`` seconds for a new incarnation (live, or one that
+  already ran and closed), then a re-join;
 - a publisher that restarted (new incarnation) with ``recover=True``: a re-join;
 - silence past ``timeout``: :class:`~epochstream.errors.PublisherLost`.
 
 A re-join drops the join's incomplete epochs, joins every partition afresh with a *floor* (the
-merged lower frontier before it, so no epoch is delivered twice) and reports a complete
+merged lower frontier before it, so no epoch is delivered twice, and never below the join's
+position, which the stream may not have reached yet) and reports a complete
 :class:`~epochstream.events.Gap` once every fresh snapshot is in.
 """
 
@@ -24,6 +26,7 @@ from .. import wire
 from ..catalog import PartitionInfo
 from ..errors import PublisherAborted, PublisherLost
 from ..events import InitialFrontierSnapshot
+from ..frontier import join
 from .membership import catalog_partitions
 
 __all__ = ["Recovery"]
@@ -38,9 +41,13 @@ class Recovery:
         """Drop this join (its pending epochs are incomplete), re-join every partition with
         fresh snapshots, and report a complete :class:`Gap` once they are all in."""
         old = self._protocol
+        self._fill = None  # the old join's fill: the new join plans its own
         if old.ready:
             since = old.lower
             self._announced = old.lower
+            if self._join_position is not None and hasattr(self.order, "join"):
+                # never below the position: the stream may not have reached it yet
+                since = join(self.order, self._join_position, since)
         elif self._pending_gap is not None:
             since = self._pending_gap[2]
         else:  # the first join was not ready: nothing was handed out, join afresh
@@ -119,8 +126,8 @@ class Recovery:
         parts = catalog_partitions(self._catalog, self.topic)
         for partition, (incarnation, deadline, reason) in list(self._liveness.awaiting.items()):
             p = parts.get(partition)
-            if p is not None and p.state == "live" and p.incarnation != incarnation:
-                self._rejoin("aborted", partition)
+            if p is not None and p.state in ("live", "closed") and p.incarnation != incarnation:
+                self._rejoin("aborted", partition)  # (closed: a successor that ran and finished)
                 return
             if now > deadline:
                 raise PublisherAborted(

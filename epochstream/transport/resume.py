@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import HistoryUnavailable, ProtocolError, SubscriptionExpired, SubscriptionHeld
 from ..events import Epoch, LowerFrontierUpdate
-from ..frontier import Antichain
+from ..frontier import Antichain, join
 from ..order import linear_extension
 from ..position import AckTracker, HistoryJoin
 
@@ -135,6 +135,7 @@ class Resume:
                 self._fill_retained = tuple(s.since)
                 return False
         self._fill, self._fill_served, self._fill_lower = hj, set(), None
+        self._fill_needed = tuple(needed)
         t0s = [a[0] if isinstance(a, tuple) else a for a in hj.position]
         self._fill_t0 = min(t0s) if t0s else None
         return True
@@ -168,10 +169,12 @@ class Resume:
         the first frontier change in ``outputs`` (at the end if there is none); the index is
         read only when the merged lower frontier moved."""
         fill = self._fill
+        if fill is None or not self._protocol.ready:  # a re-join's first snapshots: the merged
+            return outputs                            # lower frontier is not known yet
         lower = self._protocol.lower
-        if fill is None or lower == self._fill_lower:
+        if lower == self._fill_lower:
             return outputs
-        self._fill_lower = lower
+        served_to, self._fill_lower = self._fill_lower, lower
         first = next((i for i, m in enumerate(outputs) if type(m) is LowerFrontierUpdate),
                      len(outputs))
         low = Antichain(self.order, lower)
@@ -182,6 +185,7 @@ class Resume:
                 if t in self._fill_served or low.less_equal(t) or not fill.wanted(t):
                     continue
                 by_time.setdefault(t, []).append(r)
+        self._check_retained(fill, served_to)
         if fill.settled(lower):
             self._fill = None
         else:  # later epochs are at or beyond this lower frontier
@@ -189,6 +193,7 @@ class Resume:
             if t0s:
                 self._fill_t0 = max(self._fill_t0 or min(t0s), min(t0s))
         if not by_time:
+            self._retire_finished()  # (with a batch: once it is read)
             return outputs
         self._fill_served.update(by_time)
         self._fills_unread += 1
@@ -197,17 +202,50 @@ class Resume:
                              lower)
         return [*outputs[:first], batch, *outputs[first:]]
 
+    def _check_retained(self, fill: HistoryJoin, served_to) -> None:
+        """After reading the index for a fill: raise :class:`HistoryUnavailable` (a durable
+        subscription: :class:`SubscriptionExpired`) if retention moved a needed partition's
+        ``since`` past an epoch the fill still owes — at or beyond the position and not
+        served yet, i.e. at or beyond ``join(position, served_to)`` — so that epoch is never
+        skipped silently, nor served with only the partitions that still hold it."""
+        owed = tuple(fill.position) if served_to is None else \
+            join(self.order, fill.position, served_to)
+        if not owed:
+            return
+        states = self._catalog.history_states(self.topic)
+        for p in self._fill_needed:
+            s = states.get(p)
+            since = Antichain(self.order, () if s is None else s.since)
+            if s is None or not all(since.less_equal(a) for a in owed):
+                self._fill = None
+                self._fill_error = (f"retention of partition {p} deleted epochs this "
+                                    f"subscriber still had to read from its log (it retains "
+                                    f"epochs only from {list(s.since) if s else []} on)")
+                self._fill_retained = tuple(s.since) if s else None
+                raise self._history_unavailable(fill.position)
+
+    def _retire_finished(self) -> None:
+        """Say goodbye to the finished partitions kept open for the fill, once no fill batch
+        is left to read and the fill owes nothing more (their publishers may have to serve
+        its reads until then)."""
+        if not self._fills_unread and self._fill is None and self._retire_later:
+            for p in sorted(self._retire_later):
+                self._retire_socket(p)
+            self._retire_later.clear()
+
     def _history_epochs(self, batch: HistoryBatch, now: float):
         """Read, check, decode and combine each epoch of ``batch``; yield :class:`Epoch`."""
         reader = self._history_reader()
         try:
             yield from self._history_batch(reader, batch, now)
         finally:  # read to the end, failed or abandoned: the publishers need not wait for it
-            self._fills_unread = max(0, self._fills_unread - 1)
-            if not self._fills_unread:
-                for p in sorted(self._retire_later):
-                    self._retire_socket(p)
-                self._retire_later.clear()
+            self._batch_read()
+
+    def _batch_read(self) -> None:
+        """A history batch was read to its end, failed or was abandoned (every reader of
+        batches calls this once per batch)."""
+        self._fills_unread = max(0, self._fills_unread - 1)
+        self._retire_finished()
 
     def _history_batch(self, reader, batch: HistoryBatch, now: float):
         decode, combine = self.codec.decode, self.codec.combine

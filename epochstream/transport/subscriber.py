@@ -580,14 +580,17 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
                 last = _time.monotonic()
                 reader = self._history_reader()
                 decode = self.codec.decode
-                for t, recs, payloads in reader.read(item.epochs):
-                    for _, payload in payloads:
-                        records = decode(payload)
-                        if self._program is not None:
-                            records = self._recheck(t, records)
-                            if records is None:
-                                continue
-                        yield DataMessage(t, records, len(payload))
+                try:
+                    for t, recs, payloads in reader.read(item.epochs):
+                        for _, payload in payloads:
+                            records = decode(payload)
+                            if self._program is not None:
+                                records = self._recheck(t, records)
+                                if records is None:
+                                    continue
+                            yield DataMessage(t, records, len(payload))
+                finally:
+                    self._batch_read()
             elif kind is Rejoined:
                 if item.withdraw is not None:
                     yield item.withdraw
