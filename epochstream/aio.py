@@ -216,6 +216,8 @@ class Subscriber:
         decode = sync.codec.decode
         try:
             for t, _recs, payloads in sync._history_reader().read(batch.epochs):
+                if sync._skipped(t):  # acked in an earlier session of a durable subscription
+                    continue
                 for _, payload in payloads:
                     records = decode(payload)
                     if sync._program is not None:

@@ -50,7 +50,7 @@ from sortedcontainers import SortedKeyList, SortedList
 from .errors import ProtocolError
 from .order import TotalOrder, linear_extension, sort_key
 
-__all__ = ["Antichain", "MutableAntichain", "apply_changes", "join"]
+__all__ = ["Antichain", "MutableAntichain", "apply_changes", "join", "beyond"]
 
 
 class Antichain:
@@ -354,3 +354,38 @@ def apply_changes(frontier: dict, changes: Iterable[tuple[Any, int]], *, strict:
             del frontier[t]
         elif strict:
             raise ProtocolError(f"frontier change removes {t!r}, which is not an element")
+
+
+def beyond(order, times: Iterable[Any]) -> tuple | None:
+    """The frontier of the times *not* at or below any of ``times`` (the complement of their
+    down-set): where a stream continues after it had data at ``times`` (a finished stream's
+    upper frontier). TOTAL: ``(max(times) + 1,)``; ``product(n)``: the join over every ``u``
+    of ``{u + e_i : i < n}`` (the times past ``u`` in some coordinate). No ``times``:
+    ``(order.minimum,)``. ``None`` for an order it cannot compute this for (neither total nor
+    a product of ints). A coordinate already at the largest wire time contributes nothing.
+
+    Algebra: ``t`` is at or beyond the result iff no ``u`` of ``times`` has ``u >= t``.
+    O(|times| · n) joins for ``product(n)``.
+
+    >>> from epochstream.order import TOTAL, product
+    >>> beyond(TOTAL, [3, 7])
+    (8,)
+    >>> sorted(beyond(product(2), [(3, 5)]))
+    [(0, 6), (4, 0)]
+    """
+    from .order import TIME_MAX
+    times = list(times)
+    if not times:
+        return (order.minimum,)
+    if getattr(order, "name", None) == "total":
+        top = max(times)
+        return (top + 1,) if top < TIME_MAX else ()
+    width = getattr(order, "width", None)
+    if not isinstance(width, int) or not hasattr(order, "join"):
+        return None
+    out: tuple = (order.minimum,)
+    for u in times:
+        past = [tuple(0 if j != i else u[i] + 1 for j in range(width))
+                for i in range(width) if u[i] < TIME_MAX]
+        out = join(order, out, past)
+    return out

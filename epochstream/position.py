@@ -126,12 +126,34 @@ class AckTracker:
         self.order = order
         self.start = tuple(start)
         self._frontier: tuple | None = None  # the merged lower frontier, once known
+        self._released: dict = {}  # complete, not given to the user yet: not ackable
         self._unacked: dict = {}
         self._acked: dict = dict.fromkeys(acked, True)  # acked out of order, at/beyond position
 
+    def released(self, t) -> None:
+        """Epoch ``t`` is complete and about to be given to the user: it holds the position
+        back (as an unacked one) but cannot be acked until :meth:`handed_out`."""
+        self._released[t] = True
+
     def handed_out(self, t) -> None:
         """Epoch ``t`` was given to the user (unacked until :meth:`ack`)."""
+        self._released.pop(t, None)
         self._unacked[t] = True
+
+    def skip(self, t) -> None:
+        """Epoch ``t`` needs no ack from the user (acked in an earlier session, or nothing of
+        it is for this subscriber): counted as acked."""
+        self._released.pop(t, None)
+        self._unacked[t] = True
+        self.ack(t)
+
+    def snapshot(self) -> tuple:
+        """The tracker's state, for :meth:`restore` (an ack the catalog refused)."""
+        return (self._frontier, dict(self._released), dict(self._unacked), dict(self._acked))
+
+    def restore(self, state: tuple) -> None:
+        self._frontier, self._released, self._unacked, self._acked = (
+            state[0], dict(state[1]), dict(state[2]), dict(state[3]))
 
     def frontier(self, lower: Iterable[Any]) -> None:
         """The merged lower frontier moved to ``lower`` (elements)."""
@@ -170,4 +192,5 @@ class AckTracker:
                                                                self._frontier)
         out = Antichain(self.order, base)
         out.extend(self._unacked)
+        out.extend(self._released)
         return out.elements

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import HistoryUnavailable, ProtocolError, SubscriptionExpired, SubscriptionHeld
 from ..events import Epoch, LowerFrontierUpdate
-from ..frontier import Antichain, join
+from ..frontier import Antichain, beyond, join
 from ..order import linear_extension
 from ..position import AckTracker, HistoryJoin
 
@@ -154,7 +154,8 @@ class Resume:
         """Called when the join became ready (``out``: the protocol's outputs so far)."""
         if self._resolve_at_ready:
             self._resolve_at_ready = False
-            self._join_position = self._protocol.lower
+            # "latest" of a finished topic: where its next run continues
+            self._join_position = self._protocol.lower or self._after_end() or ()
             self._acks = AckTracker(self.order, self._join_position)
             self._store_position()
         position = self._join_position
@@ -297,16 +298,52 @@ class Resume:
         reset, dropped or expired (fencing: the ack is refused)."""
         if self.durable is None or self._acks is None:
             raise ValueError("ack() needs a durable subscription: Subscriber(..., durable=name)")
+        if getattr(self, "_closed", False):
+            raise ValueError(f"durable subscription {self.durable!r}: this subscriber is closed "
+                             f"(it released its hold); open it again to ack")
         t = epoch.time if isinstance(epoch, Epoch) else epoch
         check = getattr(self.order, "check", None)
         try:
             t = check(t) if check else t
         except ProtocolError as e:
             raise ValueError(str(e)) from None
+        saved = self._acks.snapshot()
         if not self._acks.ack(t):
             raise ValueError(f"epoch {t!r} is not an unacked epoch handed out by this subscriber "
                              f"(acked already, or never handed out)")
-        self._store_position()
+        try:
+            self._store_position()
+        except BaseException:  # refused (fenced) or failed: nothing of this ack stays
+            self._acks.restore(saved)
+            raise
+
+    def _after_end(self) -> tuple | None:
+        """Where a durable subscription of a finished stream stands once everything is acked:
+        the times not at or below any time the stream had data at (every partition's upper
+        frontier in the catalog), where a new run of the topic continues (docs/history.md) —
+        never the empty frontier, at which nothing would ever be delivered again. ``None`` for
+        an order :func:`~epochstream.frontier.beyond` cannot compute this for."""
+        from ..order import dual
+        uppers = Antichain(dual(self.order))
+        if self._catalog is not None:
+            for p in self._catalog.lookup(self.topic).partition_info:
+                uppers.extend(p.upper)
+            for s in self._catalog.history_states(self.topic).values():
+                uppers.extend(s.upper)
+        return beyond(self.order, uppers.elements)
+
+    def _ack_frontier(self, lower) -> None:
+        """Tell the ack tracker the merged lower frontier (at the end of the stream, where it
+        stands after it: :meth:`_after_end`; for an order without one, the last frontier stays,
+        and the epochs acked beyond it are kept as out-of-order acks)."""
+        lower = tuple(lower) or self._after_end()
+        if lower is not None:
+            self._acks.frontier(lower)
+
+    def _skipped(self, t) -> bool:
+        """True iff epoch ``t`` was acked in an earlier session of this durable subscription
+        (``events()`` hands nothing of it out again)."""
+        return self._acks is not None and self._acks.skips(t)
 
     @property
     def position(self) -> tuple | None:

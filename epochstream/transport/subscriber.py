@@ -553,6 +553,8 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
         filter (``None``: nothing of it matches); the program pruned as the frontier moves."""
         kind = type(m)
         if kind is DataMessage:
+            if self._acks is not None and self._acks.skips(m.time):
+                return None  # acked in an earlier session of this durable subscription
             records = self.codec.decode(m.data)
             if self._program is not None:
                 records = self._recheck(m.time, records)
@@ -572,7 +574,10 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
         ``recover=True``, a :class:`~epochstream.events.Gap` where the subscriber re-joined
         (after it, the merged frontier is announced afresh from empty). Ends when every
         partition finished. ``timeout``: seconds without any event before ``TimeoutError``.
-        Unpacking an event as ``(message, nbytes)`` still works until 0.3 (deprecated)."""
+        With ``durable=``, epochs acked in an earlier session are not handed out again; acking
+        needs whole epochs (:meth:`epochs` or :meth:`fetch`), so ``ack`` refuses what only
+        ``events()`` handed out. Unpacking an event as ``(message, nbytes)`` still works until
+        0.3 (deprecated)."""
         last = _time.monotonic()
         for item in self._outputs():
             kind = type(item)
@@ -582,6 +587,8 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
                 decode = self.codec.decode
                 try:
                     for t, recs, payloads in reader.read(item.epochs):
+                        if self._skipped(t):
+                            continue
                         for _, payload in payloads:
                             records = decode(payload)
                             if self._program is not None:
@@ -621,37 +628,40 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             elif kind is LowerFrontierUpdate:
                 done = self._assembler.frontier_changed(item, now=_time.time())
                 acks = self._acks
-                if acks is not None:  # every released epoch counts as handed out at once
-                    for epoch in done:
-                        acks.handed_out(epoch.time)
-                    acks.frontier(self._assembler.frontier)
+                if acks is not None:  # released: they hold the position back, and become
+                    for epoch in done:  # ackable only as each is handed out
+                        acks.released(epoch.time)
+                    self._ack_frontier(self._assembler.frontier)
                 for epoch in done:
-                    if acks is not None and acks.skips(epoch.time):
-                        acks.ack(epoch.time)  # acked in an earlier session
-                        continue
+                    if acks is not None:
+                        if acks.skips(epoch.time):
+                            acks.skip(epoch.time)  # acked in an earlier session
+                            continue
+                        acks.handed_out(epoch.time)
                     self._last_epoch = epoch.time
                     yield epoch
             elif kind is HistoryBatch:
                 acks = self._acks
                 if acks is not None:  # as for released epochs: the whole batch at once, and
                     for t, _ in item.epochs:  # the frontier: its lower, held back by the live
-                        acks.handed_out(t)   # epochs the following update releases
+                        acks.released(t)     # epochs the following update releases
                     low = Antichain(self.order, item.lower)
-                    acks.frontier([*item.lower, *(t for t in self._assembler.pending
-                                                  if not low.less_equal(t))])
+                    self._ack_frontier([*item.lower, *(t for t in self._assembler.pending
+                                                       if not low.less_equal(t))])
                 released = set()
                 for epoch in self._history_epochs(item, _time.time()):
                     released.add(epoch.time)
                     if acks is not None:
                         if acks.skips(epoch.time):
-                            acks.ack(epoch.time)
+                            acks.skip(epoch.time)
                             continue
+                        acks.handed_out(epoch.time)
                     self._last_epoch = epoch.time
                     yield epoch
                 if acks is not None and len(released) < len(item.epochs):
                     for t, _ in item.epochs:  # nothing of it matched the filter: as an epoch
                         if t not in released:  # without data, it needs no ack
-                            acks.ack(t)
+                            acks.skip(t)
             elif kind is Rejoined:  # the old join's incomplete epochs come from history
                 self._assembler = EpochAssembler(self.order, self.codec.combine)
             elif kind is Gap:  # epochs of the old join still pending can never complete

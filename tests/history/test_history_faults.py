@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from history_peer import digest, epoch_records
 from peer_processes import kill as _kill, read_until as _read_until
+from peer_procs import EpochReader, say as _say
 from epochstream import Catalog, History, Publisher, Retention, Subscriber
 from epochstream.epochlog import RECORD_HEADER, segment_path
 from epochstream.errors import (HistoryCorrupt, HistoryUnavailable, PublisherAborted,
@@ -32,11 +32,6 @@ def _spawn(*args, stdin=False):
     return subprocess.Popen([sys.executable, PEER, *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.PIPE if stdin else None,
                             text=True, bufsize=1)
-
-
-def _say(proc, line="go"):
-    proc.stdin.write(line + "\n")
-    proc.stdin.flush()
 
 
 def _finish(proc, timeout=15):
@@ -63,37 +58,6 @@ def _earliest(cat, timeout=5):
         return _seen(sub.epochs(timeout=timeout))
 
 
-class _Consumer:
-    """Iterates ``sub.epochs()`` in a thread; ``items`` (epochs and Gaps), ``error``."""
-
-    def __init__(self, sub, timeout=20):
-        self.sub, self.items, self.error = sub, [], None
-        self._th = threading.Thread(target=self._run, args=(timeout,), daemon=True)
-        self._th.start()
-
-    def _run(self, timeout):
-        try:
-            for item in self.sub.epochs(timeout=timeout):
-                self.items.append(item)
-        except Exception as e:  # noqa: BLE001 - the test inspects it
-            self.error = e
-
-    def times(self):
-        return [getattr(i, "time", i) for i in list(self.items)]
-
-    def wait_for(self, t, timeout=15):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(getattr(i, "time", None) == t for i in list(self.items)) or self.error:
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"epoch {t} not received in {timeout} s: {self.times()}")
-
-    def join(self, timeout=20):
-        self._th.join(timeout)
-        assert not self._th.is_alive(), "the subscriber did not finish"
-
-
 def _segment(cat):
     st = Catalog(cat).history_state("t", 0)
     return st, segment_path(st.dir, st.segment)
@@ -115,7 +79,7 @@ def test_kill9_mid_epoch_restart_resumes_from_the_log_no_partial_no_duplicate(tm
         _read_until(p1, "ready")
         sub = Subscriber("t", Catalog(cat), recover=True, timeout=10, ping_interval=0.3)
         assert sub.wait_ready(10)
-        live = _Consumer(sub)
+        live = EpochReader(sub, timeout=20)
         _read_until(p1, "paused 0")
         _say(p1)
         _read_until(p1, "sent 2")  # epochs 0..3 complete, 2 messages of epoch 4 sent
@@ -142,7 +106,7 @@ def test_kill9_mid_epoch_restart_resumes_from_the_log_no_partial_no_duplicate(tm
         _read_until(p2, "closed")
         rc, _, err = _finish(p2)
         assert rc == 0, err
-        live.join()
+        live.join(20)
         sub.close()
         # the restarted publisher truncated exactly the uncommitted tail, and said so
         assert f"WARNING epochstream.history epoch log t/0: truncating {uncommitted} bytes" in err
@@ -303,7 +267,7 @@ def test_full_disk_rlimit_fsize_aborts_and_never_completes_the_unlogged_epoch(tm
         _read_until(p1, "ready")
         sub = Subscriber("t", Catalog(cat), timeout=10)
         assert sub.wait_ready(10)
-        live = _Consumer(sub)
+        live = EpochReader(sub, timeout=20)
         _read_until(p1, "paused 0")
         _say(p1)
         _read_until(p1, "limited")
@@ -314,7 +278,7 @@ def test_full_disk_rlimit_fsize_aborts_and_never_completes_the_unlogged_epoch(tm
         rc, _, err = _finish(p1)
         assert rc == 3
         assert "File too large" in err and "aborted: the epoch log failed" in err
-        live.join()
+        live.join(20)
         sub.close()
     finally:
         _kill(p1)
@@ -361,7 +325,7 @@ def test_unwritable_log_directory_aborts_and_loses_nothing(tmp_path):
         _read_until(p1, "ready")
         sub = Subscriber("t", Catalog(cat), timeout=10)
         assert sub.wait_ready(10)
-        live = _Consumer(sub)
+        live = EpochReader(sub, timeout=20)
         _read_until(p1, "paused 0")
         _say(p1)
         _read_until(p1, "paused 2")
@@ -370,7 +334,7 @@ def test_unwritable_log_directory_aborts_and_loses_nothing(tmp_path):
         words = _read_until(p1, "HistoryWriteError")
         rc, _, err = _finish(p1)
         assert rc == 3 and "could not start segment" in err, err
-        live.join()
+        live.join(20)
         sub.close()
     finally:
         _kill(p1)
@@ -439,7 +403,7 @@ def test_durable_subscriber_killed_before_ack_gets_the_epoch_again_whole(tmp_pat
             for e in sub.epochs(timeout=5):
                 got.append(e)
                 sub.ack(e)
-            assert sub.position == ()  # everything acked, the stream finished
+            assert sub.position == (8,)  # all acked, the stream finished: a next run goes on at 8
         recs = lambda t: [tuple(r) for r in epoch_records(t, 1, SMALL["recs"]) * SMALL["msgs"]]
         # 3 and 5 again, whole; 0, 1, 2 and 4 (acked) never again
         assert _seen(got) == [(t, recs(t)) for t in (3, 5, 6, 7)]

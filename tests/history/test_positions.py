@@ -22,7 +22,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis_profiles import examples
 
 from epochstream.errors import ProtocolError
-from epochstream.frontier import join
+from epochstream.frontier import Antichain, join
 from epochstream.order import TIME_MAX, TOTAL, product
 from epochstream.position import AckTracker, HistoryJoin, resolve_position
 from epochstream.testing.model import maximal, minimal
@@ -427,3 +427,41 @@ def test_product_join_laws_on_wide_values(case):
 @given(st.integers(-2**63, 2**64 - 1), st.integers(-2**63, 2**64 - 1))
 def test_total_join_is_max(a, b):
     assert TOTAL.join(a, b) == max(a, b)
+
+
+def test_a_released_epoch_holds_the_position_but_is_not_ackable_until_handed_out():
+    """What a frontier update releases is given to the user one epoch at a time: until an
+    epoch is, it holds the position back and an ack of it is refused (it was never seen)."""
+    from epochstream.position import AckTracker
+    a = AckTracker(TOTAL, [0])
+    a.frontier([5])
+    for t in (0, 2, 4):
+        a.released(t)
+    assert a.position == (0,) and not a.ack(2) and not a.ack(4)
+    a.handed_out(0)
+    assert a.ack(0) and a.position == (2,)
+    a.skip(2)                      # acked in an earlier session: needs no ack now
+    assert a.position == (4,) and not a.ack(4)
+    saved = a.snapshot()
+    a.handed_out(4)
+    assert a.ack(4) and a.position == (5,)
+    a.restore(saved)               # the catalog refused that ack: nothing of it stays
+    assert a.position == (4,) and not a.ack(4)
+
+
+@pytest.mark.parametrize("order, uppers, expect", [
+    (TOTAL, [], (0,)), (TOTAL, [3, 9, 4], (10,)),
+    (product(2), [(3, 5)], ((0, 6), (4, 0))),
+    (product(2), [(3, 5), (1, 7)], ((0, 8), (2, 6), (4, 0))),
+    (product(3), [(1, 0, 2)], ((0, 0, 3), (0, 1, 0), (2, 0, 0))),
+])
+def test_beyond_is_the_complement_of_the_down_set(order, uppers, expect):
+    from epochstream.frontier import beyond
+    got = beyond(order, uppers)
+    assert tuple(sorted(got)) == tuple(sorted(expect))
+    # every time in a grid: at or beyond the result iff at or below no upper
+    f = Antichain(order, got)
+    n = getattr(order, "width", None)
+    grid = range(12) if n is None else itertools.product(range(10), repeat=n)
+    for t in grid:
+        assert f.less_equal(t) == (not any(order.le(t, u) for u in uppers)), t
