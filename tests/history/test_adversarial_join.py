@@ -35,7 +35,8 @@ from hypothesis import Phase, event, example, given, settings, strategies as st
 
 from hypothesis_profiles import examples
 from history_peer import epoch_records
-from peer_processes import kill as _kill, read_until as _read_until
+from peer_processes import kill as _kill
+from peer_procs import EpochReader as Reader, PublishPeer as LoopPeer
 
 from epochstream import Catalog, History, Subscriber
 from epochstream.errors import (HistoryUnavailable, PublisherAborted, PublisherLost,
@@ -45,7 +46,6 @@ from epochstream.order import TOTAL, product
 
 HERE = Path(__file__).parent
 JOIN_PEER = str(HERE / "join_peer.py")
-HISTORY_PEER = str(HERE / "history_peer.py")
 P2 = product(2)
 # no shrinking: an example costs real processes and seconds; a failure is reported as found
 NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate]
@@ -120,80 +120,6 @@ class CmdPeer:
                 pass
         _kill(self.proc)
         self._err.close()
-
-
-class LoopPeer:
-    """A ``history_peer.py publish`` process (stdout read line by line, stderr to a file)."""
-
-    def __init__(self, cat, topic, *args, log_dir):
-        log_dir = Path(log_dir)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.err_path = log_dir / f"history-peer-{uuid.uuid4().hex[:8]}.err"
-        self._err = open(self.err_path, "w")
-        self.proc = subprocess.Popen([sys.executable, HISTORY_PEER, "publish", str(cat), topic,
-                                      *map(str, args)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._err, text=True,
-                                     bufsize=1)
-
-    def until(self, prefix, timeout=20.0):
-        return _read_until(self.proc, prefix, timeout)
-
-    def say(self, line="go"):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def finish(self, timeout=20.0):
-        out, _ = self.proc.communicate(timeout=timeout)
-        assert self.proc.returncode == 0, (self.proc.returncode, out, self.stderr())
-        return out
-
-    def stderr(self) -> str:
-        if not self._err.closed:
-            self._err.flush()
-        return self.err_path.read_text()
-
-    def kill(self):
-        _kill(self.proc)
-
-    def close(self):
-        _kill(self.proc)
-        self._err.close()
-
-
-class Reader:
-    """Iterates ``sub.epochs()`` in a thread: ``items`` (epochs and Gaps), ``error``."""
-
-    def __init__(self, sub, timeout=15.0, delay=0.0, stop_at=None):
-        self.sub, self.items, self.error = sub, [], None
-        self.delay, self.stop_at = delay, stop_at
-        self._th = threading.Thread(target=self._run, args=(timeout,), daemon=True)
-        self._th.start()
-
-    def _run(self, timeout):
-        try:
-            for item in self.sub.epochs(timeout=timeout):
-                self.items.append(item)
-                if self.stop_at is not None and getattr(item, "time", None) == self.stop_at:
-                    return
-                if self.delay:
-                    time.sleep(self.delay)
-        except Exception as e:  # noqa: BLE001 - the test inspects it
-            self.error = e
-
-    def wait_for(self, t, timeout=15.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.error is not None or any(getattr(i, "time", None) == t
-                                             for i in list(self.items)):
-                return
-            time.sleep(0.01)
-        raise AssertionError(f"epoch {t!r} not received in {timeout} s: "
-                             f"{[getattr(i, 'time', i) for i in self.items]}")
-
-    def join(self, timeout=25.0):
-        self._th.join(timeout)
-        assert not self._th.is_alive(), (
-            f"the subscriber did not finish: {[getattr(i, 'time', i) for i in self.items]}")
 
 
 @contextlib.contextmanager
@@ -992,7 +918,7 @@ def test_earliest_spans_a_closed_run_and_a_killed_and_resumed_one_on_the_same_re
     r2 = r3 = None
     try:
         r1.until("closed")
-        r1.finish()
+        r1.wait()
         r2 = LoopPeer(cat, "t", "--first", 8, "--last", 20, *LOOP_ARGS, "--msg-interval", 0.01,
                       log_dir=tmp_path)
         ready = r2.until("ready")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
 import random
 import sqlite3
@@ -22,7 +21,6 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import msgpack
 import pytest
@@ -33,6 +31,7 @@ from hypothesis import strategies as st
 from history_peer import epoch_records, peer_times, records
 from hypothesis_profiles import examples
 from peer_processes import kill as _kill, read_until as _read_until
+from peer_procs import EpochReader, PublishPeer
 from epochstream import Catalog, History, Publisher, Retention, Subscriber, wire
 from epochstream.catalog_liveness import HOST
 from epochstream.epochlog import RECORD_HEADER, segment_path
@@ -40,71 +39,18 @@ from epochstream.errors import HistoryCorrupt, HistoryUnavailable
 from epochstream.events import Gap
 from epochstream.history_remote import RemoteLog
 
-PEER = str(Path(__file__).with_name("history_peer.py"))
 CTX = zmq.Context.instance()
 ENV = "EPOCHSTREAM_HISTORY_SOURCE"
 
 
 # -- helpers -------------------------------------------------------------------------------------
-class Peer:
-    """A ``history_peer.py publish`` process (stdout lines read with :meth:`until`, stderr to a
-    file: a flood of WARNING lines must never block it on a full pipe)."""
-
-    def __init__(self, cat, topic, *args, log_dir=None):
-        self.cat, self.topic = Path(cat), topic
-        log_dir = Path(log_dir or self.cat.parent)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.err_path = log_dir / f"peer-{topic}-{uuid.uuid4().hex[:6]}.err"
-        self._err = open(self.err_path, "w")
-        self.proc = subprocess.Popen([sys.executable, PEER, "publish", str(cat), topic,
-                                      *map(str, args)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._err, text=True,
-                                     bufsize=1)
-
-    def until(self, prefix, timeout=30.0):
-        return _read_until(self.proc, prefix, timeout)
-
-    def say(self, line="go"):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def stats(self) -> dict:
-        """pub.stats and the history server's high-water marks (``--stats``, while paused)."""
-        self.say("stats")
-        return json.loads(" ".join(self.until("stats ")[1:]))
-
-    def finish(self, timeout=20.0):
-        """Let a peer paused at its end close; return its last stats line (``--stats``)."""
-        self.say()
-        out, _ = self.proc.communicate(timeout=timeout)
-        assert self.proc.returncode == 0, (self.proc.returncode, out, self.stderr())
-        assert "closed" in out, out
-        lines = [ln for ln in out.splitlines() if ln.startswith("stats ")]
-        return json.loads(lines[-1][len("stats "):]) if lines else None
-
-    def stderr(self) -> str:
-        if not self._err.closed:
-            self._err.flush()
-        return self.err_path.read_text()
-
-    def kill(self):
-        _kill(self.proc)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def close(self):
-        _kill(self.proc)
-        self._err.close()
-
-
 @contextlib.contextmanager
 def peers(*specs):
-    """Start ``Peer(*spec)`` for each spec; kill them all at the end."""
+    """Start ``PublishPeer(*spec)`` for each spec; kill them all at the end."""
     started = []
     try:
         for spec in specs:
-            started.append(Peer(*spec))
+            started.append(PublishPeer(*spec))
         yield started
     finally:
         for p in started:
@@ -489,34 +435,6 @@ def test_answers_to_a_reader_whose_pipe_is_full_are_sent_later_not_dropped(tmp_p
         p.finish()
 
 
-class Consumer:
-    """Iterates ``sub.epochs()`` in a thread: ``items`` (epochs and Gaps), ``error``."""
-
-    def __init__(self, sub, timeout=20):
-        self.sub, self.items, self.error = sub, [], None
-        self._th = threading.Thread(target=self._run, args=(timeout,), daemon=True)
-        self._th.start()
-
-    def _run(self, timeout):
-        try:
-            for item in self.sub.epochs(timeout=timeout):
-                self.items.append(item)
-        except Exception as e:  # noqa: BLE001 - the test inspects it
-            self.error = e
-
-    def wait_for(self, t, timeout=15):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(getattr(i, "time", None) == t for i in list(self.items)) or self.error:
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"epoch {t} not received in {timeout} s: {self.items}")
-
-    def join(self, timeout=20):
-        self._th.join(timeout)
-        assert not self._th.is_alive(), "the subscriber did not finish"
-
-
 def test_recovery_after_a_publisher_restart_reads_through_the_new_publisher(tmp_path):
     """The subscriber's first fill reads through publisher 1; publisher 1 is killed mid-epoch
     and a successor resumes from the log on a new endpoint; the re-join's fill must read through
@@ -529,7 +447,7 @@ def test_recovery_after_a_publisher_restart_reads_through_the_new_publisher(tmp_
         sub = Subscriber("t", Catalog(cat), start=0, recover=True, timeout=10, ping_interval=0.3)
         try:
             assert sub.wait_ready(10)
-            live = Consumer(sub)
+            live = EpochReader(sub, timeout=20)
             p1.say()
             p1.until("sent 2")  # epochs 0..5 complete, 2 messages of epoch 6 sent
             live.wait_for(5)
@@ -543,7 +461,7 @@ def test_recovery_after_a_publisher_restart_reads_through_the_new_publisher(tmp_
                 second = {p: r.endpoint for p, r in sub._history._remote.items()}
                 stats2 = p2.stats()
                 p2.finish()
-            live.join()
+            live.join(20)
         finally:
             sub.close()
     assert live.error is None, live.error
