@@ -572,7 +572,7 @@ class DurableMachine(RuleBasedStateMachine):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-DurableMachine.TestCase.settings = settings(max_examples=examples(10), stateful_step_count=30,
+DurableMachine.TestCase.settings = settings(max_examples=examples(5), stateful_step_count=30,
                                             deadline=None)
 TestDurableStateful = DurableMachine.TestCase
 

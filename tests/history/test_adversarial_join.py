@@ -704,7 +704,7 @@ def _restart_scenarios(draw):
     return oname, ops, victim, cuts, kill_at, flushed, lazy, start
 
 
-@settings(max_examples=examples(8), deadline=None, phases=NO_SHRINK, database=None)
+@settings(max_examples=examples(5), deadline=None, phases=NO_SHRINK, database=None)
 @example(scenario=("total",
                    [[("send", 0, [[0, 0, 0, ""]]), ("send", 1, [[0, 1, 0, ""]]),
                      ("send", 4, [[0, 2, 0, ""]])],
