@@ -134,6 +134,11 @@ class History:
         the order. ``since=None``: everything retained; ``since`` older than what is retained
         raises :class:`HistoryUnavailable`."""
         order = self.order
+        if isinstance(since, str) and since == "earliest":
+            since = None
+        if isinstance(until, str) and until == "earliest":
+            raise ValueError("until='earliest' names no epoch (nothing is before the earliest "
+                             "retained one); give a time or a frontier, or None for no bound")
         states = self._checked_states()
         retained = self._since(states)
         if since is None:

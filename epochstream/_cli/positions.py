@@ -29,6 +29,8 @@ def _time_value(order: Any, text: str) -> Any:
     width = getattr(order, "width", None)
     try:
         value = json.loads(text)
+    except RecursionError:  # "[[[[..." thousands deep: not a time, and no traceback
+        raise ValueError(f"not a time: {text[:40]!r}...") from None
     except ValueError:
         parts = [p.strip() for p in text.split(",")]
         try:

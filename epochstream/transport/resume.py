@@ -71,6 +71,8 @@ class Resume:
         self._history = None
         self._acks: AckTracker | None = None
         self._resolve_at_ready = False
+        self._durable_new = False  # created by this subscriber, its start not served yet
+        self._refused_new = False  # ... and refused: close() drops it again
         if durable is not None:
             if self._catalog is None:
                 raise ValueError("durable= needs a catalog (the position is held there)")
@@ -82,6 +84,8 @@ class Resume:
                          list(position))
             elif position is None:  # "latest": resolved once the live join is ready
                 self._resolve_at_ready = True
+            else:
+                self._durable_new = True
         if position == "earliest":
             position = self._earliest()
         if position is not None and self._acks is None and durable is not None:
@@ -144,7 +148,8 @@ class Resume:
         msg = (f"topic {self.topic!r}: cannot resume at {list(position)}: "
                f"{getattr(self, '_fill_error', 'history unavailable')}")
         retained = getattr(self, "_fill_retained", None)
-        if self.durable is not None and durable_first and retained is not None:
+        if self.durable is not None and durable_first and retained is not None \
+                and not self._durable_new:  # (a new one asked for too much: unavailable)
             return SubscriptionExpired(f"durable subscription {self.durable!r}: {msg}",
                                        name=self.durable, acked=tuple(position),
                                        retained=retained)
@@ -162,7 +167,9 @@ class Resume:
         if position is None:
             return out
         if not self._plan_history(position):
+            self._refused_new = self._durable_new
             raise self._history_unavailable(position)
+        self._durable_new = False  # its start is served: it stays, whatever happens next
         return out
 
     def _with_history(self, outputs: list) -> list:
@@ -355,6 +362,23 @@ class Resume:
     def _close_history(self) -> None:
         if self._history is not None:
             self._history.close()
+
+    def _forget_new_durable(self) -> None:
+        """A subscriber that created its durable subscription and whose start was refused
+        (older than what is retained, or the constructor failed), once closed: drop it again
+        if it is still as this subscriber left it (free, at the start it stored), so a refused
+        start leaves nothing behind. Best effort:
+        a catalog that refuses (a secured one needs an admin grant to drop) leaves a free name
+        at that start."""
+        if self.durable is None or self._catalog is None or self._acks is None:
+            return
+        try:
+            info = self._catalog.durable(self.topic, self.durable)
+            if info is not None and info.holder is None and \
+                    tuple(info.position or ()) == tuple(self._acks.start):
+                self._catalog.durable_drop(self.topic, self.durable)
+        except Exception:  # noqa: BLE001 - the refusal being raised matters more
+            log.debug("could not drop the unused durable %r", self.durable, exc_info=True)
 
     def _release_hold(self) -> None:
         if self.durable is not None and self._catalog is not None:

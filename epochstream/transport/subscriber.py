@@ -141,6 +141,8 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
                 self.security.server_public is None:
             raise ValueError("a subscriber with endpoints= has no catalog to find the "
                              "publishers' keys in: pass Security.curve(server_public=...)")
+        if not isinstance(takeover, bool):  # a truthy "false" must not take a live holder's name
+            raise TypeError(f"takeover must be True or False, got {takeover!r}")
         if credit_unit not in ("messages", "epochs"):
             raise ValueError(f"credit_unit must be 'messages' or 'epochs', got {credit_unit!r}")
         least = 2 if credit_unit == "messages" else 1
@@ -189,9 +191,14 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
         self._join_position = None
         self._join_position = self._init_resume(resolve_position(self.order, start), durable,
                                                 takeover)
-        if info is not None and self._join_position is None and durable is None:
-            info = await_live(self._catalog, info, wait)  # "latest" of an ended topic: wait
-        self._join(floor=self._join_position, info=info)
+        try:
+            if info is not None and self._join_position is None and durable is None:
+                info = await_live(self._catalog, info, wait)  # "latest" of an ended topic
+            self._join(floor=self._join_position, info=info)
+        except BaseException:  # refused here: nothing of it stays (sockets, the durable hold,
+            self._refused_new = self._durable_new  # a durable subscription it created)
+            self.close()
+            raise
 
     # -- joining ---------------------------------------------------------------------------
     def _join(self, floor, info: TopicInfo | None = None) -> None:
@@ -679,6 +686,8 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             self._retire_socket(partition)
         self._close_history()
         self._release_hold()
+        if getattr(self, "_refused_new", False):  # refused start: drop what it created
+            self._forget_new_durable()
 
     def __enter__(self) -> "Subscriber":
         return self
