@@ -25,6 +25,7 @@ in every partition's log and retained by every partition, so it is whole or not 
 
 from __future__ import annotations
 
+import math
 import os
 import time as _time
 from typing import Any, Iterator
@@ -72,9 +73,15 @@ class History:
 
     def __init__(self, topic: str, catalog=None, *, source: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT, security=None):
+        if source is not None and source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
         source = source or os.environ.get("EPOCHSTREAM_HISTORY_SOURCE") or "auto"
         if source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+            raise ValueError(f"$EPOCHSTREAM_HISTORY_SOURCE must be one of {SOURCES}, got "
+                             f"{source!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+                or not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"timeout must be seconds > 0, got {timeout!r}")
         self.topic, self.source, self.timeout = topic, source, float(timeout)
         self.security = security
         self.catalog = _catalog(catalog)

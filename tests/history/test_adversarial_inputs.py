@@ -497,3 +497,16 @@ def test_live_publisher_and_subscriber_unaffected_by_offenders():
     assert [(e.time, e.records) for e in History("live", catalog=cat).epochs()] == want
     assert cat.durable("live", "d2") is None
     assert [d.name for d in cat.durables("live")] == ["d"]
+
+
+@pytest.mark.parametrize("kwargs", [dict(timeout=float("nan")), dict(timeout=-1), dict(timeout=0),
+                                    dict(timeout=float("inf")), dict(timeout=True),
+                                    dict(source=""), dict(source="Disk")])
+def test_history_refuses_a_timeout_that_is_not_seconds_and_an_empty_source(tmp_path, kwargs):
+    """A nan, negative or infinite timeout would make a remote read never (or always) time
+    out, and source="" silently meant "auto": each is a ValueError now."""
+    from epochstream import Catalog, History
+    cat = Catalog(tmp_path / "c")
+    cat.create_topic("t")
+    with pytest.raises(ValueError):
+        History("t", catalog=cat, **kwargs)
