@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 
 _STAGES = ("data", "advanced")
 
+COMMIT_LOG_TIMEOUT = 30.0
+"""Seconds a COMMIT waits for its epoch to be in the epoch log (with ``retention=``) before
+it is refused instead of acknowledged."""
+
 
 class Pause:
     """A pause point: the serving thread of ``partition`` stops at ``stage`` of COMMIT(``epoch``)
@@ -124,6 +128,11 @@ class _PartitionServer:
     def _publisher(self) -> Publisher:
         assert self.pub is not None, "the serving loop runs once the Publisher exists"
         return self.pub
+
+    @property
+    def _logged(self) -> bool:
+        """True iff the partition keeps an epoch log (the host has ``retention=``)."""
+        return self.host.publisher_kwargs.get("retention") is not None
 
     @property
     def _socket(self) -> zmq.Socket:
@@ -232,6 +241,11 @@ class _PartitionServer:
             self._publisher.send_encoded(plan.epoch, payload)
         self._pause_point(plan.epoch, "data")
         self._publisher.advance_to(plan.next_epoch)
+        if self._logged and not self._publisher.flush(COMMIT_LOG_TIMEOUT):
+            # never acknowledged before it is in the epoch log: a host killed after the ack
+            # would otherwise restart without it while Spark goes on with the next batch
+            raise EpochstreamError(f"epoch {plan.epoch} was not written to the epoch log within "
+                                   f"{COMMIT_LOG_TIMEOUT:g} s; the commit is not acknowledged")
         self._pause_point(plan.epoch, "advanced")
         self._published(plan.epoch, plan.rows)
         return CommitAck(msg.req, False, plan.batches, plan.rows, self.next_epoch,
