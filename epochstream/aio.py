@@ -41,7 +41,7 @@ from typing import Any, AsyncIterator
 import zmq
 import zmq.asyncio
 
-from .events import DataMessage, Epoch, FetchResult, Gap
+from .events import Epoch, FetchResult, Gap
 from .transport.resume import HistoryBatch, Rejoined
 from .transport.publisher import Publisher as _Publisher
 from .transport.subscriber import Subscriber as _Subscriber
@@ -203,30 +203,12 @@ class Subscriber:
             if m is None:
                 continue
             if kind is HistoryBatch:
-                pending.append(self._history_messages(m))
+                pending.append(sync._history_messages(m))  # read as handed out
             elif kind is Rejoined:
                 if m.withdraw is not None:
                     pending.append(m.withdraw)
             else:
                 pending.append(m)
-
-    def _history_messages(self, batch: HistoryBatch):
-        """The :class:`DataMessage`\\ s of a history fill, read and decoded one at a time."""
-        sync = self._sync
-        decode = sync.codec.decode
-        try:
-            for t, _recs, payloads in sync._history_reader().read(batch.epochs):
-                if sync._skipped(t):  # acked in an earlier session of a durable subscription
-                    continue
-                for _, payload in payloads:
-                    records = decode(payload)
-                    if sync._program is not None:
-                        records = sync._recheck(t, records)
-                        if records is None:
-                            continue
-                    yield DataMessage(t, records, len(payload))
-        finally:
-            sync._batch_read()
 
     async def wait_ready(self, timeout: float = 10.0) -> bool:
         """True once every partition's snapshot arrived (``timeout`` seconds at most)."""

@@ -590,21 +590,7 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             kind = type(item)
             if kind is HistoryBatch:
                 last = _time.monotonic()
-                reader = self._history_reader()
-                decode = self.codec.decode
-                try:
-                    for t, recs, payloads in reader.read(item.epochs):
-                        if self._skipped(t):
-                            continue
-                        for _, payload in payloads:
-                            records = decode(payload)
-                            if self._program is not None:
-                                records = self._recheck(t, records)
-                                if records is None:
-                                    continue
-                            yield DataMessage(t, records, len(payload))
-                finally:
-                    self._batch_read()
+                yield from self._history_messages(item)
             elif kind is Rejoined:
                 if item.withdraw is not None:
                     yield item.withdraw
@@ -613,6 +599,25 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
                 yield item
             elif timeout is not None and _time.monotonic() - last > timeout:
                 raise TimeoutError(f"no message for {timeout} s from topic {self.topic!r}")
+
+    def _history_messages(self, batch: HistoryBatch) -> Iterator[DataMessage]:
+        """The :class:`DataMessage`\\ s of a history fill for :meth:`events` (and the aio
+        twin's), read and decoded one at a time: epochs acked in an earlier session of a
+        durable subscription skipped, records re-checked against the filter."""
+        decode = self.codec.decode
+        try:
+            for t, _recs, payloads in self._history_reader().read(batch.epochs):
+                if self._skipped(t):
+                    continue
+                for _, payload in payloads:
+                    records = decode(payload)
+                    if self._program is not None:
+                        records = self._recheck(t, records)
+                        if records is None:
+                            continue
+                    yield DataMessage(t, records, len(payload))
+        finally:
+            self._batch_read()
 
     def epochs(self, timeout: float | None = None) -> Iterator[Epoch | Gap]:
         """Yield complete :class:`~epochstream.events.Epoch` objects in an order consistent
