@@ -152,6 +152,7 @@ class AckTracker:
         return (self._frontier, dict(self._released), dict(self._unacked), dict(self._acked))
 
     def restore(self, state: tuple) -> None:
+        """Go back to ``state`` (from :meth:`snapshot`): nothing of what came after stays."""
         self._frontier, self._released, self._unacked, self._acked = (
             state[0], dict(state[1]), dict(state[2]), dict(state[3]))
 
