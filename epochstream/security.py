@@ -551,17 +551,15 @@ class Authorizer:
         self._thread: threading.Thread | None = None
 
     @staticmethod
-    def receive(sock: Any) -> tuple[list[bytes], str | None]:
-        """One waiting message of ``sock`` (non-blocking; ``zmq.Again`` if none) as a list of
-        bytes, and its connection's ZAP ``User-Id`` (``None`` if it has none)."""
+    def user_of(frame: Any) -> str | None:
+        """The ZAP ``User-Id`` of the connection a ``zmq.Frame`` (received with
+        ``copy=False``) came over; ``None`` if it has none."""
         import zmq
 
-        msg = sock.recv_multipart(zmq.NOBLOCK, copy=False)
         try:
-            user = msg[-1].get("User-Id")
+            return frame.get("User-Id") or None
         except (zmq.ZMQError, UnicodeDecodeError):
-            user = None
-        return [f.bytes for f in msg], user or None
+            return None
 
     def principals(self, user_id: str | None) -> tuple[str, ...]:
         """The principals of a peer whose ``User-Id`` is ``user_id``: the key, and its

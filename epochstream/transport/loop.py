@@ -27,7 +27,8 @@ from .handoff import Handoff
 from .history_server import HistoryServer
 from .interest import ALL, Interest, sent_filter
 from .upstream import HELLO, UPDATE, UpstreamCover
-from .sockets import SENT, transmit_to
+from .quota import PASS_MESSAGES, Quota
+from .sockets import SENT, connection_of, cut, transmit_to
 
 __all__ = ["PublisherLoop", "DATA", "FRONTIER", "SYNC", "ABORT", "STOP", "GATE"]
 
@@ -47,6 +48,9 @@ SHARE_FRAME_BYTES = 4096
 #: ``coalesce_bytes``): merging big payloads saves few wire messages, and the subscriber pays for
 #: the bigger arrays with garbage collections (docs/benchmarks.md, "Garbage collection")
 COALESCE_PAYLOAD_BYTES = 4096
+
+#: warnings about what subscribers send are logged at most once per this many seconds
+PEER_WARNING_EVERY_S = 1.0
 
 
 class PublisherLoop:
@@ -100,6 +104,9 @@ class PublisherLoop:
         # security (docs/security.md): who may subscribe; the ZAP User-Id of the message at hand
         self._authz = getattr(p, "_authz", None)
         self._user: str | None = None
+        # what one connection may send (transport/quota.py): a flood is refused and cut
+        self._quota = Quota()
+        self._warned_at, self._warned_count, self._peer_warnings = float("-inf"), 0, 0
 
     def run(self) -> None:
         """The thread's body: serve until stopped; a failure is kept in :attr:`error`."""
@@ -169,6 +176,7 @@ class PublisherLoop:
         others when the stream was idle for an interval."""
         now = _time.monotonic()
         hb = self.heartbeat_interval
+        self._cut_refused(now)
         if now - self._last_probe >= hb:
             self._last_probe = now
             frames = wire.encode_heartbeat(list(self._loop_lower))
@@ -347,26 +355,76 @@ class PublisherLoop:
         return [frames[0], frames[1], merged]
 
     def _handle_peers(self) -> None:
-        """Read up to 256 subscriber messages. Peer input never ends the loop: a message that
-        does not decode, or whose handling fails, is answered with ``X error`` and logged."""
-        authz = self._authz
-        for _ in range(256):
+        """Read up to :data:`~epochstream.transport.quota.PASS_MESSAGES` subscriber messages.
+        Peer input never ends the loop: a message that does not decode, or whose handling
+        fails, is answered with ``X error``; a connection over its quota while the loop is
+        behind is refused and cut (:meth:`_refuse`)."""
+        authz, quota, recv = self._authz, self._quota, self._router.recv_multipart
+        read: dict[bytes, int] = {}
+        last: dict[bytes, zmq.Frame] = {}
+        caught_up = False
+        for _ in range(PASS_MESSAGES):
             try:
-                if authz is None:
-                    frames = self._router.recv_multipart(zmq.NOBLOCK)
-                else:  # with the connection's authenticated identity (ZAP User-Id)
-                    frames, self._user = authz.receive(self._router)
+                msg = recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return
-            ident = frames[0]
+                caught_up = True
+                break
+            ident = msg[0].bytes
+            if not quota.admits(ident):
+                continue
+            read[ident] = read.get(ident, 0) + 1
+            last[ident] = msg[-1]
+            if authz is not None:  # the connection's authenticated identity (ZAP User-Id)
+                self._user = authz.user_of(msg[-1])
             try:
-                kind, header = wire.decode_control(frames[1:])
+                kind, header = wire.decode_control([f.bytes for f in msg[1:]])
                 self._control(ident, kind, header)
             except Exception as exc:  # noqa: BLE001 - the offender is refused, the loop goes on
-                log.warning("%s/%s: bad message from subscriber %r: %r", self.topic, self.partition,
-                            ident, exc)
-                self.stats["bad_messages"] += 1
-                self._transmit(ident, wire.encode_notice("error", str(exc)))
+                self._bad_message(ident, exc)
+        for ident in quota.charge(read, caught_up):
+            self._refuse(ident, last[ident])
+
+    def _bad_message(self, ident: bytes, exc: Exception) -> None:
+        """Answer a message that failed with ``X error``; count it and warn."""
+        self.stats["bad_messages"] += 1
+        self._transmit(ident, wire.encode_notice("error", str(exc)))
+        self._warn_peer("bad message from subscriber %r: %r", ident, exc)
+
+    def _warn_peer(self, fmt: str, *args) -> None:
+        """Log a warning about what a peer did, at most one per :data:`PEER_WARNING_EVERY_S`
+        (with the number left out since): a flood of bad input must not become a flood of log
+        lines — a blocked stderr would stall the loop. The stats count every case."""
+        now = _time.monotonic()
+        self._peer_warnings += 1
+        if now - self._warned_at < PEER_WARNING_EVERY_S:
+            return
+        left_out = self._peer_warnings - self._warned_count - 1
+        self._warned_at, self._warned_count = now, self._peer_warnings
+        tail = f" ({left_out} more peer warnings left out since the last)" if left_out > 0 else ""
+        log.warning("%s/%s: " + fmt + "%s", self.topic, self.partition, *args, tail)
+
+    def _refuse(self, ident: bytes, frame: zmq.Frame) -> None:
+        """``ident`` went over its quota: forget it, tell it (``X error``, reason ``quota``),
+        and cut its connection :data:`~epochstream.transport.quota.CUT_AFTER_S` later (its
+        further messages are discarded unread meanwhile)."""
+        q = self._quota
+        q.refuse(ident, _time.monotonic(), connection_of(frame))
+        self.stats["peers_refused_quota"] += 1
+        self._fanout.leave(ident)
+        if self._upstream is not None:
+            self._upstream.drop(lambda item: item[0] == ident)
+        self._warn_peer("refused subscriber connection %r: it sent over %d control messages "
+                        "while the loop was behind (its quota)", ident, q.burst)
+        self._transmit(ident, wire.encode_notice(
+            "error", f"publisher of {self.topic!r} partition {self.partition}: this connection "
+                     f"sent over {q.burst} control messages faster than the publisher reads "
+                     f"them (its quota); it is refused and disconnected", reason="quota"))
+
+    def _cut_refused(self, now: float) -> None:
+        """Cut the connections refused at least ``CUT_AFTER_S`` ago."""
+        for _ident, connection in self._quota.cuts_due(now):
+            if connection is not None and cut(connection):
+                self.stats["connections_cut"] += 1
 
     def _control(self, ident: bytes, kind: bytes, header: dict) -> None:
         """Act on one decoded control message (fields type-checked by
@@ -476,8 +534,7 @@ class PublisherLoop:
 
         self._fanout.broadcast(frames, self._transmit, now, variant=variant)
         for ident, e in refused.items():
-            log.warning("%s/%s: subscriber %r: its filter does not fit the data: %s",
-                        self.topic, self.partition, ident, e)
+            self._warn_peer("subscriber %r: its filter does not fit the data: %s", ident, e)
             self._fanout.leave(ident)
             self._transmit(ident, wire.encode_notice("error", f"filter does not fit the data "
                                                               f"of {self.topic!r}: {e}"))
@@ -532,8 +589,7 @@ class PublisherLoop:
         if self._authz is not None and not gated:  # not authorised: X error, never registered
             refusal = self._authz.refusal(self._user)  # (no S, no D); a gated hello was checked
             if refusal is not None:
-                log.warning("%s/%s: refused hello from %r: not authorised (%s)", self.topic,
-                            self.partition, ident, self._user)
+                self._warn_peer("refused hello from %r: not authorised (%s)", ident, self._user)
                 self._fanout.leave(ident)
                 self._transmit(ident, refusal)
                 return
@@ -542,7 +598,7 @@ class PublisherLoop:
         if topic != self.topic or partition != self.partition:
             msg = (f"this publisher serves {self.topic!r} partition {self.partition}, "
                    f"not {topic!r} partition {partition!r}")
-            log.warning("%s/%s: refused hello: %s", self.topic, self.partition, msg)
+            self._warn_peer("refused hello: %s", msg)
             self._transmit(ident, wire.encode_notice("error", msg))
             return
         if self._loop_aborted is not None:
@@ -551,7 +607,7 @@ class PublisherLoop:
         try:
             program = self._program(header.get("filter"))
         except FilterError as e:
-            log.warning("%s/%s: refused hello: %s", self.topic, self.partition, e)
+            self._warn_peer("refused hello: %s", e)
             self._transmit(ident, wire.encode_notice("error", f"bad filter: {e}"))
             return
         if self._upstream is not None and not gated:
@@ -581,7 +637,7 @@ class PublisherLoop:
                 self._gate_narrow(_time.monotonic())
         else:
             self._fanout.leave(ident)
-            log.warning("%s/%s: could not send a snapshot to %r", self.topic, self.partition, ident)
+            self._warn_peer("could not send a snapshot to %r", ident)
 
     # -- a relay's publisher: subscriptions travel upstream (transport/upstream.py) ----------
     def _live_filters(self) -> list:

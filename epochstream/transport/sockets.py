@@ -1,23 +1,25 @@
 """Every ZeroMQ socket the transport opens, with its options (see docs/protocol.md §3).
 
 - :func:`bind_router` — a publisher's ROUTER: ``ROUTER_MANDATORY`` (a send to a vanished peer
-  fails with ``EHOSTUNREACH`` instead of being dropped), explicit high-water marks, a small
-  ``MAXMSGSIZE`` (subscribers only send small control messages), ZMTP heartbeats with a timeout
-  of three intervals but at least :data:`PUBLISHER_MIN_ZMTP_TIMEOUT_MS` (libzmq
-  ``zmq_setsockopt(3)``: ``ZMQ_HEARTBEAT_IVL``/``_TIMEOUT``).
-- :func:`connect_dealer` — a subscriber's DEALER for one partition: ZMTP pings every
-  ``ping_interval`` but at least every :data:`SUBSCRIBER_ZMTP_PING_S`, and a one-hour ZMTP
-  timeout, in effect none. Left unset, libzmq uses the interval as the timeout, and a stalled
-  reader never sees the publisher's PONGs (they queue behind unread data), so it would drop its
-  own connection (libzmq 4.3.5 then aborts the process). A dead publisher is detected by the
-  application heartbeat instead.
+  fails with ``EHOSTUNREACH`` instead of being dropped), a send high-water mark, **no receive
+  high-water mark**, a small ``MAXMSGSIZE`` (subscribers only send small control messages),
+  **no ZMTP heartbeats**, TCP keepalive.
+- :func:`connect_dealer` — a subscriber's DEALER for one partition: a receive high-water mark,
+  **no ZMTP heartbeats**, TCP keepalive.
 
-  The pings are what keeps a stalled subscriber's connection alive at the publisher: a
-  connection the publisher drops while the subscriber's input is stopped (its pipe full) makes
-  libzmq 4.3.5 abort the *subscriber's* process at its next read (``Assertion failed:
-  !_io_error (stream_engine_base.cpp:310)``, zeromq/libzmq #4767, #4364, #3937). So the ZMTP
-  ping interval does not follow a long ``ping_interval``: 0.1 s pings stay well inside the
-  publisher's ZMTP timeout (three heartbeat intervals, at least 0.5 s) whatever both sides set.
+  Why (docs/reliability.md, "Flooding clients"): libzmq 4.3.5 aborts the process (``Assertion
+  failed: !_io_error (stream_engine_base.cpp:310)``, zeromq/libzmq #4767, #4364, #3937) when a
+  connection whose input it stopped — its pipe at the receive high-water mark — breaks and
+  the engine then has something to send on it: its own ZMTP PING (the heartbeat timer) or the
+  PONG to a peer's PING still in its input buffer. A flooding client could so abort a
+  publisher, and a publisher killed while a subscriber stalled could abort the subscriber.
+  With no receive high-water mark the publisher's libzmq never stops reading a connection (the
+  loop bounds what one connection may send instead: :mod:`~epochstream.transport.quota`), and
+  with ZMTP heartbeats off on both sides no PING is ever sent or awaited; liveness is the
+  application's (``H`` heartbeats, pings, probes) and the kernel's (TCP keepalive finds a
+  vanished host).
+- :func:`connection_of` / :func:`cut` — the TCP connection a ROUTER message came over, and
+  cutting it (a ROUTER cannot close one peer's connection; the loop shuts its socket down).
 - :func:`transmit_to` — a non-blocking send that reports :data:`SENT`, :data:`FULL` (the peer's
   pipe is at its high-water mark) or :data:`GONE` (the peer disconnected), the three outcomes
   the pure :mod:`~epochstream.transport.fanout` policy acts on.
@@ -33,25 +35,23 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Callable
+import socket
+from typing import Any, Callable
 
 import zmq
 
 from ..security import apply_client, apply_server
 
 __all__ = ["SENT", "FULL", "GONE", "bind_router", "connect_dealer", "transmit_to", "receive_from",
-           "inproc_pair",
-           "SUBSCRIBER_ZMTP_TIMEOUT_MS", "SUBSCRIBER_ZMTP_PING_S", "PUBLISHER_MIN_ZMTP_TIMEOUT_MS"]
+           "inproc_pair", "connection_of", "cut", "KEEPALIVE_INTERVAL_S", "KEEPALIVE_PROBES"]
 
 #: outcomes of a non-blocking send (see :func:`transmit_to`)
 SENT, FULL, GONE = 0, 1, 2
 
-#: the subscriber's ZMTP heartbeat timeout: one hour, in effect none (see the module docstring)
-SUBSCRIBER_ZMTP_TIMEOUT_MS = 3_600_000
-#: the subscriber's longest ZMTP ping interval, seconds (see the module docstring)
-SUBSCRIBER_ZMTP_PING_S = 0.1
-#: the publisher's shortest ZMTP heartbeat timeout, ms: five of the subscriber's ZMTP pings
-PUBLISHER_MIN_ZMTP_TIMEOUT_MS = 500
+#: TCP keepalive: seconds between probes once a connection was idle for its idle time
+KEEPALIVE_INTERVAL_S = 1
+#: TCP keepalive: unanswered probes before the kernel drops the connection
+KEEPALIVE_PROBES = 3
 
 _ids = itertools.count()
 
@@ -60,7 +60,7 @@ def bind_router(ctx: zmq.Context, endpoint: str, *, sndhwm: int,
                 heartbeat_interval: float, security=None) -> zmq.Socket:
     """A publisher's ROUTER bound to ``endpoint`` (``"tcp://127.0.0.1:*"`` picks a free port;
     read ``LAST_ENDPOINT`` for the address). ``sndhwm``: per-peer pipe, messages;
-    ``heartbeat_interval``: seconds; ``security``: a CURVE server's
+    ``heartbeat_interval``: seconds (the TCP keepalive idle time, at least 1 s); ``security``: a CURVE server's
     :class:`~epochstream.security.Security`, or ``None``. Raises ``zmq.ZMQError`` if it cannot
     bind (the socket is closed then)."""
     router = ctx.socket(zmq.ROUTER)
@@ -71,12 +71,10 @@ def bind_router(ctx: zmq.Context, endpoint: str, *, sndhwm: int,
         raise
     router.setsockopt(zmq.ROUTER_MANDATORY, 1)
     router.setsockopt(zmq.SNDHWM, int(sndhwm))
-    router.setsockopt(zmq.RCVHWM, 1000)
+    router.setsockopt(zmq.RCVHWM, 0)  # never stop reading a connection (module docstring)
     router.setsockopt(zmq.MAXMSGSIZE, 1 << 16)
     router.setsockopt(zmq.LINGER, 2000)
-    hb_ms = max(1, int(heartbeat_interval * 1000))
-    router.setsockopt(zmq.HEARTBEAT_IVL, hb_ms)
-    router.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(3 * hb_ms, PUBLISHER_MIN_ZMTP_TIMEOUT_MS))
+    _keepalive(router, heartbeat_interval)
     try:
         router.bind(endpoint)
     except zmq.ZMQError:
@@ -89,8 +87,8 @@ def connect_dealer(ctx: zmq.Context, endpoint: str, *, rcvhwm: int,
                    ping_interval: float, security=None,
                    server_key: str | None = None) -> zmq.Socket:
     """A subscriber's DEALER connected to one partition's publisher at ``endpoint``.
-    ``rcvhwm``: messages; ``ping_interval``: seconds between the subscriber's pings (ZMTP
-    pings go at least every :data:`SUBSCRIBER_ZMTP_PING_S`); ``security``: a CURVE client's
+    ``rcvhwm``: messages; ``ping_interval``: seconds between the subscriber's pings (the TCP
+    keepalive idle time, at least 1 s); ``security``: a CURVE client's
     :class:`~epochstream.security.Security` (``server_key``: the publisher's public key, Z85,
     default the one it holds), or ``None``."""
     s = ctx.socket(zmq.DEALER)
@@ -101,11 +99,47 @@ def connect_dealer(ctx: zmq.Context, endpoint: str, *, rcvhwm: int,
         raise
     s.setsockopt(zmq.RCVHWM, int(rcvhwm))
     s.setsockopt(zmq.LINGER, 0)
-    zmtp_ping = min(float(ping_interval), SUBSCRIBER_ZMTP_PING_S)
-    s.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(zmtp_ping * 1000)))
-    s.setsockopt(zmq.HEARTBEAT_TIMEOUT, SUBSCRIBER_ZMTP_TIMEOUT_MS)
+    _keepalive(s, ping_interval)
     s.connect(endpoint)
     return s
+
+
+def _keepalive(sock: zmq.Socket, idle: float) -> None:
+    """TCP keepalive on ``sock``'s connections: after ``idle`` seconds without traffic (at
+    least 1 s, whole seconds), a probe every :data:`KEEPALIVE_INTERVAL_S`; the kernel drops a
+    connection after :data:`KEEPALIVE_PROBES` unanswered ones (a vanished host)."""
+    sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, max(1, round(float(idle))))
+    sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, KEEPALIVE_INTERVAL_S)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, KEEPALIVE_PROBES)
+
+
+def connection_of(frame: zmq.Frame) -> tuple[int, Any] | None:
+    """``(fd, peer address)`` of the TCP (or IPC) connection a ROUTER received ``frame`` over
+    (a ``zmq.Frame``: receive with ``copy=False``), or ``None`` if libzmq does not say or the
+    connection is gone already. The pair is what :func:`cut` needs: libzmq reuses file
+    descriptors, the address tells a reused one apart."""
+    try:
+        fd = int(frame.get("__fd"))  # libzmq's per-connection metadata (ZMQ_SRCFD's successor)
+        with socket.socket(fileno=os.dup(fd)) as s:
+            return fd, s.getpeername()
+    except (zmq.ZMQError, OSError, ValueError, TypeError):
+        return None
+
+
+def cut(connection: tuple[int, Any]) -> bool:
+    """Shut down the connection ``(fd, peer address)`` from :func:`connection_of`, if that
+    descriptor still holds it: libzmq sees the connection end and frees it (a peer's
+    DEALER then reconnects as a new peer). True if it was shut down."""
+    fd, peer = connection
+    try:
+        with socket.socket(fileno=os.dup(fd)) as s:
+            if s.getpeername() != peer:
+                return False  # closed meanwhile, the descriptor reused by another connection
+            s.shutdown(socket.SHUT_RDWR)
+            return True
+    except OSError:
+        return False
 
 
 def send_nowait(sock: zmq.Socket, frames: list) -> bool:

@@ -867,19 +867,13 @@ def test_a_client_that_never_reads_its_answers_cannot_grow_the_publishers_memory
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="known, not fixed yet: libzmq 4.3.5 aborts a ROUTER whose "
-                   "ZMTP heartbeat times out a peer whose input it stopped at RCVHWM "
-                   "(zeromq/libzmq #4767); see docs/reliability.md")
 def test_a_flooding_client_that_disconnects_does_not_crash_the_publisher(tmp_path):
-    """BUG (pre-existing in the transport, reached through remote history): a client that sends
-    faster than the loop takes its messages fills the ROUTER's inbound pipe for it (RCVHWM
-    1000) and libzmq stops reading that connection; its ZMTP PONGs then wait unread behind the
-    flood, the ROUTER's heartbeat times out (3 x heartbeat_interval, at least 0.5 s) and drops
-    the connection while its input is stopped, and libzmq 4.3.5 aborts the *publisher's*
-    process: ``Assertion failed: !_io_error (stream_engine_base.cpp:310)`` (zeromq/libzmq
-    #4767, what transport/sockets.py documents for subscribers). Here: 6 connections flooding
-    ``r`` for 1 s, four times. Pings do the same (not specific to ``r``), with the default
-    heartbeat_interval (1 s) too."""
+    """Regression (issue 26): a client that sent faster than the loop took its messages filled
+    the ROUTER's inbound pipe (RCVHWM 1000) and libzmq stopped reading that connection; when it
+    went away, libzmq 4.3.5 aborted the *publisher's* process: ``Assertion failed: !_io_error
+    (stream_engine_base.cpp:310)`` (zeromq/libzmq #4767). Here: 6 connections flooding ``r``
+    for 1 s, four times. The publisher now never stops reading a connection and refuses a
+    flooder by its quota (tests/sockets/test_flood.py tries every kind)."""
     cat = tmp_path / "cat"
     with peers((cat, "t", "--last", 20, "--msgs", 2, "--recs", 2, "--pad", 20_000,
                 "--pause-end", "--stats")) as (p,):

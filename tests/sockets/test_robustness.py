@@ -513,7 +513,8 @@ def test_a_stalled_subscriber_with_a_full_pipe_survives_a_short_publisher_heartb
     publisher's heartbeat is 0.2 s: before the fix the publisher's ZMTP timeout (0.6 s) dropped
     the connection (the subscriber's ZMTP pings came every ``ping_interval`` = 1 s), and
     libzmq 4.3.5 aborted the subscriber's process at its next read (SIGABRT, exit 134:
-    ``Assertion failed: !_io_error``). Now it reads every epoch."""
+    ``Assertion failed: !_io_error``). Now neither side sends ZMTP PINGs (issue 26) and it
+    reads every epoch."""
     proc = subprocess.run([sys.executable, "-c", _STALL], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
