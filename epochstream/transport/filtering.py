@@ -1,9 +1,10 @@
 """A subscriber's filter: what it sends its publishers, how it re-checks what it receives, and
-how :meth:`Filtering.update_filter` changes it at an epoch boundary (docs/filters.md).
+how a change is made at an epoch boundary (docs/filters.md).
 
-A mixin of :class:`~epochstream.transport.subscriber.Subscriber`. The rules are the pure
-:class:`~epochstream.filters.Program` and :func:`~epochstream.filters.boundary`; this module
-sends ``u`` messages and collects the ``X filter`` answers.
+:class:`FilterSession` holds this state for one
+:class:`~epochstream.transport.subscriber.Subscriber` (which drives it: it sends the frames the
+session makes and pumps its sockets while a change waits for answers). The rules are the pure
+:class:`~epochstream.filters.Program` and :func:`~epochstream.filters.boundary`.
 
 A change, in two steps (every partition's publisher applies them in its stream order):
 
@@ -22,7 +23,6 @@ re-check (which runs when data is handed out, after the change is settled) relea
 from __future__ import annotations
 
 import itertools
-import time as _time
 from typing import Any
 
 from .. import wire
@@ -32,57 +32,63 @@ from ..filters import MAX_WIRE_BYTES, Filter, FilterError, Program, boundary
 from ..frontier import Antichain, apply_changes, join
 from ..order import dual
 from ..partitioning import partitions_for
-from .sockets import send_nowait
 
-__all__ = ["Filtering"]
+__all__ = ["FilterSession"]
 
 _update_ids = itertools.count(1)
 
 
-class Filtering:
-    """Filters at the source, for the Subscriber."""
+class FilterSession:
+    """The filter of one subscriber of ``topic`` (``order``, ``codec``: the topic's; ``keys``,
+    ``columns``, ``where``: as :class:`~epochstream.filters.Filter`, which raises
+    :class:`~epochstream.filters.FilterError` for a malformed one)."""
 
-    def _init_filter(self, keys, columns, where) -> None:
+    def __init__(self, topic: str, order, codec: str, partitions: int, keys=None,
+                 columns=None, where=None):
+        self.topic, self.order, self.codec, self.partitions = topic, order, codec, partitions
         f = Filter(keys, columns, where)
-        self._program: Program | None = None if f.everything else Program.single(self.order, f)
-        if self._program is not None:
-            _check_size(self._program)
-        self._topic_key: Any = None   # the key column the publishers announced
+        #: the program in force (``None``: no filter); read on the hot path
+        self.program: Program | None = None if f.everything else Program.single(order, f)
+        if self.program is not None:
+            _check_size(self.program)
+        self.topic_key: Any = None    # the key column the publishers announced
         self._keys_trusted = False    # a publisher applies keys= by a key function
         self._handed_lower: dict = {}  # the merged lower frontier as handed out
         # the maximal times data arrived for from any partition (a finished partition cannot
         # answer a filter change; its data so far was filtered by the old program)
-        self._data_upper = Antichain(dual(self.order))
-        self._filter_wait: dict | None = None  # partition -> upper, while a change is pending
-        self._filter_floors: list = []  # floors a relay answered with (its upstream changed)
-        self._partitions_joined: set | None = None  # of a key-partitioned topic (None: all)
-        self._filter_id: int | None = None
+        self._data_upper = Antichain(dual(order))
+        self._wait: dict | None = None  # partition -> upper, while a change is pending
+        self._floors: list = []  # floors a relay answered with (its upstream changed)
+        self._joined: set | None = None  # partitions of a key-partitioned topic (None: all)
+        self._id: int | None = None
+        self._change: tuple | None = None  # (old program, new filter) while a change is pending
 
-    def _pruned(self, info) -> list:
+    def pruned(self, info) -> list:
         """The partitions of key-partitioned topic ``info`` that hold none of the keys every
-        filter of the program asks for (none to skip when a filter has no keys): this
+        filter of the program asks for (none to skip when a filter has no keys): the
         subscriber does not join them (docs/filters.md, "Key-partitioned topics")."""
         key = getattr(info, "partition_key", None)
-        if key is None or self._program is None:
+        if key is None or self.program is None:
             return []
-        filters = [f for _, f in self._program.entries]
+        filters = [f for _, f in self.program.entries]
         if any(f.keys is None for f in filters):
             return []
         wanted = partitions_for((k for f in filters for k in f.keys), info.partitions)
-        self._partitions_joined = wanted
+        self._joined = wanted
         return [i for i in range(info.partitions) if i not in wanted]
 
     @property
     def record_filter(self) -> Filter:
-        """The newest record filter (``keys``/``columns``/``where``; ``Filter()``: none). Not
-        :attr:`filter`, which is the Strymon join filter's antichain."""
-        return Filter() if self._program is None else self._program.current
+        """The newest record filter (``Filter()``: none)."""
+        return Filter() if self.program is None else self.program.current
 
     # -- receiving -------------------------------------------------------------------------
-    def _filter_snapshot(self, partition: int, snap, meta: dict) -> None:
+    def snapshot(self, partition: int, snap, meta: dict, protocol) -> None:
+        """A snapshot arrived with ``meta`` (its header): learn the key column, and raise the
+        ``protocol``'s floor where a relay serves this join from."""
         key = meta.get("key")
         if isinstance(key, str):
-            self._topic_key = key
+            self.topic_key = key
         elif meta.get("filters") == 1:
             self._keys_trusted = True
         floor = meta.get("floor")
@@ -90,79 +96,80 @@ class Filtering:
             if not isinstance(floor, (list, tuple)):
                 raise ProtocolError(f"partition {partition}: snapshot floor {floor!r:.80} is "
                                     f"not a list of times")
-            self._protocol.raise_floor(floor)
-        if self._filter_wait is not None:  # a re-join while a change is pending: its snapshot
-            self._filter_wait[partition] = tuple(snap.upper)  # is its switch
+            protocol.raise_floor(floor)
+        if self._wait is not None:  # a re-join while a change is pending: its snapshot
+            self._wait[partition] = tuple(snap.upper)  # is its switch
 
-    def _filter_acked(self, partition: int, msg: wire.Notice) -> None:
+    def acked(self, partition: int, msg: wire.Notice, check) -> None:
+        """An ``X filter`` answer from ``partition`` (``check``: the order's time check, or
+        ``None``); raises :class:`~epochstream.errors.ProtocolError` for a bad one."""
         upper = msg.extra.get("upper")
-        if (self._filter_wait is None or msg.extra.get("id") != self._filter_id
+        if (self._wait is None or msg.extra.get("id") != self._id
                 or not isinstance(upper, (list, tuple))):
             return  # the answer to step 2, or to a change given up
         floor = msg.extra.get("floor")
         try:
-            check = self._check or (lambda t: t)
+            check = check or (lambda t: t)
             if floor is not None:
                 if not isinstance(floor, (list, tuple)) or not floor:
                     raise ProtocolError(f"floor {floor!r:.80} is not a non-empty list of times")
-                self._filter_floors.append(tuple(check(t) for t in floor))
-            self._filter_wait[partition] = tuple(check(t) for t in upper)
+                self._floors.append(tuple(check(t) for t in floor))
+            self._wait[partition] = tuple(check(t) for t in upper)
         except ProtocolError as e:
             raise ProtocolError(f"publisher of partition {partition} answered a filter update "
                                 f"with a bad upper frontier: {e}") from None
 
-    def _recheck(self, t, records):
+    def data_at(self, t) -> None:
+        """Data arrived for time ``t`` (first sight of its header): bounds a change."""
+        self._data_upper.insert(t)
+
+    def recheck(self, t, records):
         """``records`` of epoch ``t`` re-filtered by the filter in force for ``t``; ``None`` if
-        nothing matches."""
-        f = self._program.in_force(t)
+        nothing matches. Call only with a program (``self.program is not None``)."""
+        f = self.program.in_force(t)
         if f.everything:
             return records
-        key = self._topic_key
+        key = self.topic_key
         if f.keys is not None and key is None:
             if not self._keys_trusted:
                 raise FilterError(f"keys= on topic {self.topic!r}: its publishers announced no "
                                   f"key column and do not filter (an older version?)")
             f = Filter(None, f.columns, f.where)  # the publisher's key function applied it
-        if self.codec.name == "arrow":
+        if self.codec == "arrow":
             out = f.apply_arrow(records, key)
             return out if out.num_rows else None
         out = f.apply_records(records, key)
         return out or None
 
-    def _filter_frontier(self, update: LowerFrontierUpdate) -> None:
+    def handed(self, update: LowerFrontierUpdate) -> None:
         """A merged frontier change is handed out: prune the program."""
         apply_changes(self._handed_lower, update.updates)
-        if self._program is not None and len(self._program.entries) > 1:
-            self._program = self._program.prune(tuple(self._handed_lower))
+        if self.program is not None and len(self.program.entries) > 1:
+            self.program = self.program.prune(tuple(self._handed_lower))
 
-    # -- changing --------------------------------------------------------------------------
-    def update_filter(self, keys=None, columns=None, where=None, *,
-                      timeout: float = 10.0) -> tuple:
-        """Change the filter to ``Filter(keys, columns, where)`` (``Filter()`` for everything)
-        and return the boundary ``B``, a tuple of times (a frontier): every epoch at or beyond
-        ``B`` is handed out under the new filter, every other epoch under the old one — never
-        a mix. Blocks until every live publisher answered (at most ``timeout`` seconds; data
-        arriving meanwhile is kept). Raises :class:`~epochstream.filters.FilterError` for a
-        malformed filter, one too big for the wire, or a change of ``keys`` on a topic whose
-        publishers declare no key column (a key function: this subscriber cannot re-check keys;
-        nothing changes), ``TimeoutError`` if a publisher did not answer
-        (the change then stays pending-safe: later epochs are still whole under one of the two
-        filters, released under the old one), ``NotImplementedError`` for orders other than
-        total and product."""
-        new = Filter(keys, columns, where)
+    def restarted(self) -> None:
+        """A re-join: the merged frontier is announced afresh from empty."""
+        self._handed_lower = {}
+
+    # -- changing (two steps; the module docstring) ------------------------------------------
+    def check_change(self, new: Filter) -> None:
+        """Refuse, before anything is sent, a change the topic cannot take:
+        :class:`~epochstream.filters.FilterError` (keys outside the partitions joined),
+        ``NotImplementedError`` (an order without boundaries)."""
         boundary(self.order, [])  # NotImplementedError before anything is sent
-        joined = self._partitions_joined
+        joined = self._joined
         if joined is not None and (new.keys is None or not partitions_for(
                 new.keys, self.partitions) <= joined):
             raise FilterError(
                 f"topic {self.topic!r} is partitioned by key and this subscriber joined only "
                 f"partitions {sorted(joined)} (where its keys live): the new filter needs keys "
                 f"held there; subscribe anew for others")
-        deadline = _time.monotonic() + timeout
-        if not self.wait_ready(timeout):
-            raise TimeoutError(f"topic {self.topic!r}: not every partition's snapshot arrived "
-                               f"within {timeout} s")
-        old = self._program or Program.single(self.order, Filter())
+
+    def propose(self, new: Filter) -> list:
+        """Step 1: the program gains ``new`` with an unknown boundary; returns the ``u`` frames
+        to send to every live partition. Raises :class:`~epochstream.filters.FilterError` (a
+        key change the publishers' key function cannot take, or too big for the wire)."""
+        old = self.program or Program.single(self.order, Filter())
         old = old.prune(tuple(self._handed_lower)) if self._handed_lower else old
         if self._keys_trusted and any(f.keys != new.keys for _, f in old.entries):
             # the publishers apply keys= by a key function (or the topic has no key): this
@@ -173,39 +180,37 @@ class Filtering:
                               f"change could not be made at an epoch boundary; subscribe anew")
         pending = old.with_change(new, None)
         _check_size(old.with_change(new, boundary(self.order, [])))
-        self._filter_id = next(_update_ids) % (1 << 31)
-        self._filter_wait = {}
-        self._filter_floors = []
-        self._program = pending
-        self._send_program(self._filter_id)
-        try:
-            while True:
-                live = set(self._by_partition)
-                if live <= set(self._filter_wait):
-                    break
-                left = deadline - _time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(
-                        f"topic {self.topic!r}: partitions {sorted(live - set(self._filter_wait))} "
-                        f"did not answer the filter update within {timeout} s")
-                self._pump(min(left, 0.05))  # what arrives waits in _parked
-            uppers = [t for p, ts in self._filter_wait.items() for t in ts]
-            uppers.extend(self._data_upper.elements)  # data received from partitions that
-            # finished (no answer) or whose answer overtook nothing: filtered by the old one
-        finally:
-            self._filter_wait = None
-        b = boundary(self.order, uppers)
-        for floor in self._filter_floors:  # a relay widened its upstream from ``floor`` on:
-            b = join(self.order, b, floor)  # no epoch before it came under the new filter
-        self._program = old.with_change(new, b)
-        self._send_program(next(_update_ids) % (1 << 31))
-        self.stats["filter_updates"] += 1
-        return b
+        self._id = next(_update_ids) % (1 << 31)
+        self._wait, self._floors, self._change = {}, [], (old, new)
+        self.program = pending
+        return self.frames(self._id)
 
-    def _send_program(self, uid: int) -> None:
-        frames = wire.encode_control(wire.UPDATE, id=uid, filter=self._program.to_wire())
-        for s in list(self._by_partition.values()):
-            send_nowait(s, frames)  # not taken (a refused connection): its answer times out
+    def missing(self, live) -> set:
+        """The partitions of ``live`` that have not answered the pending change."""
+        return set(live) - set(self._wait or ())
+
+    def settle(self) -> tuple[tuple, list]:
+        """Step 2, once every live partition answered: ``(boundary, frames)``: the boundary
+        ``B`` and the ``u`` frames with it to send to every live partition."""
+        old, new = self._change
+        uppers = [t for ts in self._wait.values() for t in ts]
+        uppers.extend(self._data_upper.elements)  # data received from partitions that
+        # finished (no answer) or whose answer overtook nothing: filtered by the old one
+        b = boundary(self.order, uppers)
+        for floor in self._floors:  # a relay widened its upstream from ``floor`` on:
+            b = join(self.order, b, floor)  # no epoch before it came under the new filter
+        self.program = old.with_change(new, b)
+        self.end_change()
+        return b, self.frames(next(_update_ids) % (1 << 31))
+
+    def end_change(self) -> None:
+        """The change is settled or given up (answers to it are ignored from now on; a given
+        up change stays pending-safe: epochs are whole under one of the two filters)."""
+        self._wait, self._change = None, None
+
+    def frames(self, uid: int) -> list:
+        """The ``u`` frames carrying the program, with update id ``uid``."""
+        return wire.encode_control(wire.UPDATE, id=uid, filter=self.program.to_wire())
 
 
 def _check_size(program: Program) -> None:

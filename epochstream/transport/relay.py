@@ -85,9 +85,9 @@ class Relay:
             lower = list(up.lower)
             upper = list(up.filter)  # the merged upper frontier its join drops
             if key is None:
-                key = up._topic_key  # the upstream topic's key column, if it declares one
+                key = up.key_column  # the upstream topic's key column, if it declares one
             # keys travel upstream only when they mean the same there (the same key column)
-            self.key = key if isinstance(key, str) and key == up._topic_key else None
+            self.key = key if isinstance(key, str) and key == up.key_column else None
             self._down = Publisher(self.name, order=up.order, codec=up.codec.name,
                                    endpoint=endpoint, advertise=advertise,
                                    catalog=up._catalog, key=key, start=lower, upper=upper,
@@ -152,7 +152,7 @@ class Relay:
                 for m in up._poll(0.1):
                     kind = type(m)
                     if kind is DataMessage:
-                        if up._program is not None:  # re-checked records are re-encoded
+                        if up._filters.program is not None:  # re-checked: re-encoded
                             m = up._hand_out(m)
                             if m is None:
                                 continue

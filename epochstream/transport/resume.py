@@ -271,8 +271,9 @@ class Resume:
                 return
             t, recs, payloads = item
             chunks = [decode(p) for _, p in payloads]
-            if self._program is not None:
-                chunks = [c for c in (self._recheck(t, c) for c in chunks) if c is not None]
+            if self._filters.program is not None:
+                recheck = self._filters.recheck
+                chunks = [c for c in (recheck(t, c) for c in chunks) if c is not None]
                 if not chunks:
                     continue
             yield Epoch(t, combine(chunks), len(chunks), sum(r.nbytes for r in recs),

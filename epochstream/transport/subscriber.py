@@ -19,6 +19,7 @@ from ..catalog import Catalog, TopicInfo
 from ..errors import (EpochstreamError, NotAuthorized, ProtocolError, PublisherLost,
                       SubscriberLagged)
 from ..events import DataMessage, Epoch, Gap, InitialFrontierSnapshot, LowerFrontierUpdate
+from ..filters import Filter
 from ..frontier import Antichain, apply_changes
 from ..order import TOTAL, by_name, dual
 from ..position import resolve_position
@@ -26,7 +27,7 @@ from ..protocol import EpochAssembler, SubscriberProtocol
 from ..security import NOT_AUTHORISED, Security
 from .liveness import Liveness
 from .membership import await_live, partition_endpoints, resolve_catalog
-from .filtering import Filtering
+from .filtering import FilterSession
 from .pull import Pull
 from .recovery import Recovery
 from .resume import HistoryBatch, Rejoined, Resume
@@ -44,7 +45,7 @@ _CREDITED = frozenset((wire.DATA, wire.FRONTIER))
 _DRAIN = 128
 
 
-class Subscriber(Recovery, Resume, Pull, Filtering):
+class Subscriber(Recovery, Resume, Pull):
     """Subscribes to every partition of a topic and yields complete epochs (Strymon
     "Subscriber Logic" merged across partitions).
 
@@ -173,7 +174,7 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
         self.partitions = n
         self._ctx = context or zmq.Context.instance()
         self._check = getattr(order, "check", None)
-        self._init_filter(keys, columns, where)
+        self._filters = FilterSession(topic, order, self.codec.name, n, keys, columns, where)
         self._parked: list = []  # events not yet handed out (data still encoded)
         self._last_epoch = None
         self._closed = False
@@ -208,7 +209,7 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             if info is None:
                 info = self._catalog.lookup(self.topic, wait=self._wait)
             endpoints, closed, self._catalog_incarnations = partition_endpoints(info, self._wait)
-            for i in self._pruned(info):  # a key-partitioned topic: only where our keys live
+            for i in self._filters.pruned(info):  # key-partitioned: only where our keys live
                 endpoints[i] = None
                 closed[i] = ()
         keys = self._server_keys(info, endpoints)
@@ -232,8 +233,8 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
                 hello["credit"] = self.credit
                 if self.credit_unit == "epochs":
                     hello["credit_unit"] = "epochs"
-            if self._program is not None:
-                hello["filter"] = self._program.to_wire()
+            if self._filters.program is not None:
+                hello["filter"] = self._filters.program.to_wire()
             send_nowait(s, wire.encode_control(wire.HELLO, **hello))  # a fresh pipe takes it
             self._sockets[s] = i
             self._receivers[s] = receive_from(s)
@@ -302,6 +303,55 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
     def finished(self) -> bool:
         """True once every partition's lower frontier is empty."""
         return self._protocol.finished
+
+    @property
+    def record_filter(self) -> Filter:
+        """The newest record filter (``keys``/``columns``/``where``; ``Filter()``: none). Not
+        :attr:`filter`, which is the Strymon join filter's antichain."""
+        return self._filters.record_filter
+
+    @property
+    def key_column(self) -> str | None:
+        """The topic's key column as its publishers announced it (``None``: none, or not yet)."""
+        return self._filters.topic_key
+
+    # -- filters at the source (transport/filtering.py, docs/filters.md) -----------------------
+    def update_filter(self, keys=None, columns=None, where=None, *,
+                      timeout: float = 10.0) -> tuple:
+        """Change the filter to ``Filter(keys, columns, where)`` (``Filter()`` for everything)
+        and return the boundary ``B``, a tuple of times (a frontier): every epoch at or beyond
+        ``B`` is handed out under the new filter, every other epoch under the old one — never
+        a mix. Blocks until every live publisher answered (at most ``timeout`` seconds; data
+        arriving meanwhile is kept). Raises :class:`~epochstream.filters.FilterError` for a
+        malformed filter, one too big for the wire, or a change of ``keys`` on a topic whose
+        publishers declare no key column (a key function: this subscriber cannot re-check keys;
+        nothing changes), ``TimeoutError`` if a publisher did not answer (the change then stays
+        pending-safe: later epochs are still whole under one of the two filters, released
+        under the old one), ``NotImplementedError`` for orders other than total and product."""
+        filters, new = self._filters, Filter(keys, columns, where)
+        filters.check_change(new)
+        deadline = _time.monotonic() + timeout
+        if not self.wait_ready(timeout):
+            raise TimeoutError(f"topic {self.topic!r}: not every partition's snapshot arrived "
+                               f"within {timeout} s")
+        self._send_all(filters.propose(new))
+        try:
+            while missing := filters.missing(self._by_partition):
+                left = deadline - _time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"topic {self.topic!r}: partitions {sorted(missing)} did "
+                                       f"not answer the filter update within {timeout} s")
+                self._pump(min(left, 0.05))  # what arrives waits in _parked
+            b, frames = filters.settle()
+        finally:
+            filters.end_change()
+        self._send_all(frames)
+        self.stats["filter_updates"] += 1
+        return b
+
+    def _send_all(self, frames: list) -> None:
+        for s in list(self._by_partition.values()):
+            send_nowait(s, frames)  # not taken (a refused connection): its answer times out
 
     # -- messages --------------------------------------------------------------------------
     def _snapshot(self, partition: int, snap: InitialFrontierSnapshot) -> list:
@@ -379,7 +429,7 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             meta = wire.decode_snapshot_meta(frames)
             self._incarnations[partition] = meta.get("incarnation")
             self._heartbeats[partition] = meta.get("heartbeat")
-            self._filter_snapshot(partition, msg, meta)
+            self._filters.snapshot(partition, msg, meta, self._protocol)
             return self._snapshot(partition, msg)
         if isinstance(msg, LowerFrontierUpdate):
             pl = self._part_lower.setdefault(partition, {})
@@ -412,7 +462,7 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             if hit is None:
                 if self._check is not None:
                     t = self._check(t)
-                self._data_upper.insert(t)  # times data arrived for (a filter change's bound)
+                self._filters.data_at(t)  # times data arrived for (a filter change's bound)
             ok = not protocol.ready or not protocol.filtering or protocol.passes(t)
             if len(self._time_cache) > 4096:
                 self._time_cache.clear()
@@ -428,7 +478,7 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
 
     def _notice(self, partition: int, msg: wire.Notice) -> list:
         if msg.code == "filter":
-            self._filter_acked(partition, msg)
+            self._filters.acked(partition, msg, self._check)
             return []
         if msg.code == "lagged":
             if self.recover:
@@ -563,15 +613,15 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
             if self._acks is not None and self._acks.skips(m.time):
                 return None  # acked in an earlier session of this durable subscription
             records = self.codec.decode(m.data)
-            if self._program is not None:
-                records = self._recheck(m.time, records)
+            if self._filters.program is not None:
+                records = self._filters.recheck(m.time, records)
                 if records is None:
                     return None
             return DataMessage(m.time, records, m.nbytes)
         if kind is LowerFrontierUpdate:
-            self._filter_frontier(m)
+            self._filters.handed(m)
         elif kind is Gap or kind is Rejoined:
-            self._handed_lower = {}
+            self._filters.restarted()
         return m
 
     def events(self, timeout: float | None = None) -> Iterator:
@@ -604,15 +654,15 @@ class Subscriber(Recovery, Resume, Pull, Filtering):
         """The :class:`DataMessage`\\ s of a history fill for :meth:`events` (and the aio
         twin's), read and decoded one at a time: epochs acked in an earlier session of a
         durable subscription skipped, records re-checked against the filter."""
-        decode = self.codec.decode
+        decode, filters = self.codec.decode, self._filters
         try:
             for t, _recs, payloads in self._history_reader().read(batch.epochs):
                 if self._skipped(t):
                     continue
                 for _, payload in payloads:
                     records = decode(payload)
-                    if self._program is not None:
-                        records = self._recheck(t, records)
+                    if filters.program is not None:
+                        records = filters.recheck(t, records)
                         if records is None:
                             continue
                     yield DataMessage(t, records, len(payload))
