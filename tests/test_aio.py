@@ -238,17 +238,22 @@ async def test_recover_reports_a_gap_then_whole_epochs(tmp_path):
     assert epochs.get(1, ["whole-1"]) == ["whole-1"] and epochs[2] == ["whole-2"]
 
 
-def test_the_readme_example_runs_as_written(tmp_path):
+def test_the_readme_examples_run_as_written(tmp_path):
+    """Every ``python`` block of the README's asyncio section prints the ``text`` block that
+    follows it (the second: one epochs() iterator pulled with asyncio.wait_for, issue 26)."""
     import re
     from pathlib import Path
 
     text = (Path(__file__).parents[1] / "README.md").read_text()
     section = text.split("## asyncio", 1)[1].split("\n## ", 1)[0]
-    code, expected = re.findall(r"```(?:python|text)\n(.*?)```", section, re.S)[:2]
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout == expected
+    blocks = re.findall(r"```(python|text)\n(.*?)```", section, re.S)
+    assert [kind for kind, _ in blocks] == ["python", "text"] * (len(blocks) // 2)
+    assert len(blocks) >= 4
+    for (_, code), (_, expected) in zip(blocks[0::2], blocks[1::2]):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == expected
 
 
 @pytest.mark.asyncio
