@@ -55,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-import types
 from typing import Any, Awaitable, Callable, Generic, TypeVar, Union
 
 import zmq
@@ -63,9 +62,8 @@ import zmq.asyncio
 
 from .errors import EpochstreamError
 from .events import DataMessage, Epoch, FetchResult, Gap, LowerFrontierUpdate
-from .transport.resume import HistoryBatch, Rejoined
 from .transport.publisher import Publisher as _Publisher
-from .transport.subscriber import Subscriber as _Subscriber
+from .transport.subscriber import Subscriber as _Subscriber, pop_event
 
 __all__ = ["Subscriber", "Publisher", "StreamIterator", "WAIT_SLICE_S", "YIELD_EVERY_S"]
 
@@ -203,7 +201,7 @@ class Subscriber:
         """Wait until some socket of the subscriber may have a message, at most ``timeout``
         seconds (and at most :data:`WAIT_SLICE_S`). A cancellation point: cancelling it loses
         nothing, no message is received here."""
-        socks = list(self._sync._sockets)
+        socks = self._sync.sockets
         live = {id(s) for s in socks}
         for k in [k for k in self._shadows if k not in live]:  # sockets of an earlier join
             del self._shadows[k]
@@ -346,22 +344,15 @@ class Subscriber:
         sync, pending = self._sync, self._events
         while True:
             await self._breathe()  # cancellation point: nothing taken yet
-            while pending:
-                item = pending[0]
-                if type(item) is types.GeneratorType:  # a history fill, read as handed out
-                    item = next(item, None)
-                    if item is None:
-                        pending.popleft()
-                        continue
-                else:
-                    pending.popleft()
+            item = pop_event(pending)  # (a history fill: read as handed out)
+            if item is not None:
                 return item
-            got = sync._poll(0)  # what has arrived, without waiting
-            if got:
-                self._queue_events(got)
-                continue
-            if sync._protocol.finished and not sync._parked:
+            got = sync.step_events(0)  # what has arrived, without waiting
+            if got is None:
                 return _END
+            if got:
+                pending.extend(got)
+                continue
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return _TIMEOUT
@@ -384,28 +375,11 @@ class Subscriber:
         return StreamIterator(self._next_event, timeout,
                               f"no message for {timeout} s from topic {self._sync.topic!r}")
 
-    def _queue_events(self, got: list) -> None:
-        """Hand out ``got`` (the threaded subscriber's outputs) into the pending events."""
-        sync, pending = self._sync, self._events
-        for m in got:
-            m = sync._hand_out(m)
-            kind = type(m)
-            if m is None:
-                continue
-            if kind is HistoryBatch:
-                pending.append(sync._history_messages(m))  # read as handed out
-            elif kind is Rejoined:
-                if m.withdraw is not None:
-                    pending.append(m.withdraw)
-            else:
-                pending.append(m)
-
     async def wait_ready(self, timeout: float = 10.0) -> bool:
         """True once every partition's snapshot arrived (``timeout`` seconds at most)."""
         deadline = time.monotonic() + timeout
         while True:
-            self._sync._pump(0)  # read what has arrived, without waiting
-            if self._sync._protocol.ready:
+            if self._sync.wait_ready(0):  # read what has arrived, without waiting
                 return True
             left = deadline - time.monotonic()
             if left <= 0:
@@ -457,9 +431,8 @@ class Publisher:
     async def _room(self) -> None:
         """Wait (polling, 1 to 10 ms) until the loop's queue has room for one command: flow
         control holds it back while a subscriber's credit or backlog bound is exhausted."""
-        handoff = self._sync._handoff
         pause = 0.001
-        while len(handoff.commands) >= handoff.hwm and self._sync._thread.is_alive():
+        while self._sync.would_block:
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.01)
 

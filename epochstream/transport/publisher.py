@@ -446,6 +446,14 @@ class Publisher:
         return self._handoff.hwm
 
     @property
+    def would_block(self) -> bool:
+        """True while a call (``send``, ``advance_to``, ...) would block: the loop is
+        :attr:`queue_hwm` calls behind (flow control holds it back while a subscriber's credit
+        or backlog bound is exhausted). What an event loop polls before a call (``aio``)."""
+        handoff = self._handoff
+        return len(handoff.commands) >= handoff.hwm and self._thread.is_alive()
+
+    @property
     def lower(self) -> tuple:
         """The lower frontier's elements (capabilities held), as of the calls made so far."""
         return self._protocol.lower

@@ -52,7 +52,7 @@ class Recovery:
             since = self._pending_gap[2]
         else:  # the first join was not ready: nothing was handed out, join afresh
             since = self._join_position
-        for p in list(self._by_partition):
+        for p in list(self._links.live()):
             self._retire_socket(p)
         if self._pending_gap is None and (old.ready or since is not None):
             self._pending_gap = (reason, partition, since)

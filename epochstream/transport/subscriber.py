@@ -8,6 +8,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import math
+import threading
 import time as _time
 import uuid
 from typing import Any, Iterator
@@ -18,7 +20,8 @@ from .. import wire
 from ..catalog import Catalog, TopicInfo
 from ..errors import (EpochstreamError, NotAuthorized, ProtocolError, PublisherLost,
                       SubscriberLagged)
-from ..events import DataMessage, Epoch, Gap, InitialFrontierSnapshot, LowerFrontierUpdate
+from ..events import (DataMessage, Epoch, FetchResult, Gap, InitialFrontierSnapshot,
+                      LowerFrontierUpdate)
 from ..filters import Filter
 from ..frontier import Antichain, apply_changes
 from ..order import TOTAL, by_name, dual
@@ -28,24 +31,28 @@ from ..security import NOT_AUTHORISED, Security
 from .liveness import Liveness
 from .membership import await_live, partition_endpoints, resolve_catalog
 from .filtering import FilterSession
-from .pull import Pull
+from .stream import EpochStream
 from .recovery import Recovery
 from .resume import HistoryBatch, Rejoined, Resume
-from .sockets import connect_dealer, receive_from, send_nowait
+from .links import PartitionLinks
 
-__all__ = ["Subscriber"]
+__all__ = ["Subscriber", "pop_event"]
 
 log = logging.getLogger("epochstream.transport")
 
 # message kinds that spend flow-control credit (the stream proper; not S, H or X)
 _CREDITED = frozenset((wire.DATA, wire.FRONTIER))
+_GENERATOR = type(x for x in ())
+
+#: seconds added to two heartbeat intervals before a fetch gives a silent partition up
+FETCH_GRACE_S = 0.5
 
 # messages read from one socket per poll: more makes the batch handed out bigger (and costlier
 # per message: a probe measured ~7 µs/message more at 1,000 than at 64-128)
 _DRAIN = 128
 
 
-class Subscriber(Recovery, Resume, Pull):
+class Subscriber(Recovery, Resume):
     """Subscribes to every partition of a topic and yields complete epochs (Strymon
     "Subscriber Logic" merged across partitions).
 
@@ -156,7 +163,6 @@ class Subscriber(Recovery, Resume, Pull):
         self.recover = bool(recover)
         self.credit = credit
         self.ping_interval = float(ping_interval)
-        self._rcvhwm = int(rcvhwm)
         self._wait = wait
         self._catalog: Catalog | None = None
         self._static_endpoints = None if endpoints is None else list(endpoints)
@@ -175,16 +181,19 @@ class Subscriber(Recovery, Resume, Pull):
         self._ctx = context or zmq.Context.instance()
         self._check = getattr(order, "check", None)
         self._filters = FilterSession(topic, order, self.codec.name, n, keys, columns, where)
+        # the one stream of released epochs behind epochs() and fetch() (transport/stream.py)
+        self._stream = EpochStream(topic, self)
         self._parked: list = []  # events not yet handed out (data still encoded)
+        self._events_pending: collections.deque = collections.deque()  # events() read ahead
         self._last_epoch = None
         self._closed = False
         self._failure: EpochstreamError | None = None  # raised once the events before it are out
         self.id = uuid.uuid4().hex  # the same on every partition and every re-connection
         self.gaps: list[Gap] = []
         self.stats: collections.Counter = collections.Counter()
-        self._sockets: dict[zmq.Socket, int] = {}
-        self._receivers: dict[zmq.Socket, Any] = {}  # socket -> its receive_from() function
-        self._by_partition: dict[int, zmq.Socket] = {}
+        # one DEALER per live partition (transport/links.py)
+        self._links = PartitionLinks(self._ctx, rcvhwm=rcvhwm, ping_interval=self.ping_interval,
+                                     security=self.security, credit=credit)
         self._liveness = Liveness(self.timeout, self.ping_interval)
         self._assembler = EpochAssembler(self.order, self.codec.combine)  # state of epochs()
         self._pending_gap: tuple | None = None  # (reason, partition, since) while re-joining
@@ -217,17 +226,12 @@ class Subscriber(Recovery, Resume, Pull):
         self._endpoints = {i: ep for i, ep in enumerate(endpoints) if ep is not None}
         # filter verdicts per raw data header: valid for this join's protocol state only
         self._time_cache: dict[bytes, Any] = {}
-        self._poller = zmq.Poller()
         self._part_lower: dict[int, dict] = {}
         self._incarnations: dict[int, str] = {}
         self._heartbeats: dict[int, float] = {}  # publishers' heartbeat intervals (s), for fetch()
-        self._unacked: dict[int, int] = {}
         live = [i for i, ep in enumerate(endpoints) if ep is not None]
         self._liveness.join(live, _time.monotonic())
         for i in live:
-            s = connect_dealer(self._ctx, endpoints[i], rcvhwm=self._rcvhwm,
-                               ping_interval=self.ping_interval, security=self.security,
-                               server_key=keys.get(i))
             hello = {"topic": self.topic, "partition": i, "id": self.id}
             if self.credit is not None:
                 hello["credit"] = self.credit
@@ -235,12 +239,7 @@ class Subscriber(Recovery, Resume, Pull):
                     hello["credit_unit"] = "epochs"
             if self._filters.program is not None:
                 hello["filter"] = self._filters.program.to_wire()
-            send_nowait(s, wire.encode_control(wire.HELLO, **hello))  # a fresh pipe takes it
-            self._sockets[s] = i
-            self._receivers[s] = receive_from(s)
-            self._by_partition[i] = s
-            self._poller.register(s, zmq.POLLIN)
-            self._unacked[i] = 0
+            self._links.connect(i, endpoints[i], hello, keys.get(i))
         for i, upper in closed.items():
             self._queue(self._snapshot(i, InitialFrontierSnapshot((), upper)))
 
@@ -334,9 +333,9 @@ class Subscriber(Recovery, Resume, Pull):
         if not self.wait_ready(timeout):
             raise TimeoutError(f"topic {self.topic!r}: not every partition's snapshot arrived "
                                f"within {timeout} s")
-        self._send_all(filters.propose(new))
+        self._links.send_all(filters.propose(new))
         try:
-            while missing := filters.missing(self._by_partition):
+            while missing := filters.missing(self._links.live()):
                 left = deadline - _time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"topic {self.topic!r}: partitions {sorted(missing)} did "
@@ -345,13 +344,9 @@ class Subscriber(Recovery, Resume, Pull):
             b, frames = filters.settle()
         finally:
             filters.end_change()
-        self._send_all(frames)
+        self._links.send_all(frames)
         self.stats["filter_updates"] += 1
         return b
-
-    def _send_all(self, frames: list) -> None:
-        for s in list(self._by_partition.values()):
-            send_nowait(s, frames)  # not taken (a refused connection): its answer times out
 
     # -- messages --------------------------------------------------------------------------
     def _snapshot(self, partition: int, snap: InitialFrontierSnapshot) -> list:
@@ -403,25 +398,15 @@ class Subscriber(Recovery, Resume, Pull):
             self._retire_later.add(partition)
             self._liveness.forget(partition)
             return
-        s = self._by_partition.pop(partition, None)
-        if s is None:
-            return
-        try:
-            s.send_multipart(wire.encode_control(wire.BYE), zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
-        self._poller.unregister(s)
-        del self._sockets[s]
-        self._receivers.pop(s, None)
-        s.close(100)
-        self._liveness.forget(partition)
+        if self._links.retire(partition):
+            self._liveness.forget(partition)
 
     def _handle(self, partition: int, frames: list) -> list:
         """Process one multipart message; return protocol outputs (data still encoded)."""
         self.stats["messages"] += 1
         if self.credit is not None and (frames[0] == wire.FRONTIER if self.credit_unit == "epochs"
                                         else frames[0] in _CREDITED):
-            self._spend_credit(partition)
+            self._links.spend_credit(partition)
         if len(frames) == 3 and frames[0] == wire.DATA:
             return self._data(partition, frames[1], frames[2])
         msg = wire.decode(frames)
@@ -441,16 +426,6 @@ class Subscriber(Recovery, Resume, Pull):
         if isinstance(msg, wire.Notice):
             return self._notice(partition, msg)
         return []  # heartbeat: liveness only (never applied: it may overtake queued updates)
-
-    def _spend_credit(self, partition: int) -> None:
-        n = self._unacked.get(partition, 0) + 1
-        if n >= max(1, self.credit // 2):
-            s = self._by_partition.get(partition)
-            if s is not None and not send_nowait(s, wire.encode_control(wire.CREDIT, messages=n)):
-                self._unacked[partition] = n  # no pipe (refused): the liveness timeout tells
-                return
-            n = 0
-        self._unacked[partition] = n
 
     def _data(self, partition: int, raw: bytes, payload) -> list:
         """Hot path: the filter verdict per raw header bytes is cached for this join (many
@@ -530,20 +505,20 @@ class Subscriber(Recovery, Resume, Pull):
 
     def _read(self, timeout_s: float | None) -> None:
         """One poll: read what arrived (outputs go to ``_parked``), ping, check liveness."""
-        liveness = self._liveness
-        if not self._sockets:
+        liveness, links = self._liveness, self._links
+        if not links:
             if liveness.awaiting:  # every socket retired, waiting for a new publisher
                 _time.sleep(min(0.05, timeout_s if timeout_s is not None else 0.05))
                 self._check_awaiting(_time.monotonic())
             return
-        events = self._poller.poll(None if timeout_s is None else max(0, int(timeout_s * 1000)))
+        events = links.poll(None if timeout_s is None else max(0, int(timeout_s * 1000)))
         now = _time.monotonic()
         protocol = self._protocol
         for s, _ in events:
-            partition = self._sockets.get(s)
+            partition = links.partition_of.get(s)
             if partition is None:
                 continue
-            receive = self._receivers[s]
+            receive = links.receivers[s]
             for _ in range(_DRAIN):
                 try:
                     frames = receive()
@@ -551,30 +526,26 @@ class Subscriber(Recovery, Resume, Pull):
                     break
                 liveness.heard(partition, now)
                 self._queue(self._handle(partition, frames))
-                if self._protocol is not protocol or partition not in self._by_partition:
+                if self._protocol is not protocol or partition not in links.by_partition:
                     break  # re-joined (sockets replaced) or this partition finished
             if self._protocol is not protocol:
                 break
         if liveness.ping_due(now):
-            ping = wire.encode_control(wire.PING, id=self.id)
-            for s in self._sockets:
-                try:
-                    s.send_multipart(ping, zmq.NOBLOCK)
-                except zmq.ZMQError:
-                    pass
+            links.ping(wire.encode_control(wire.PING, id=self.id))
         self._check_liveness(now)
 
     # -- iteration -------------------------------------------------------------------------
     def wait_ready(self, timeout: float | None = 10.0) -> bool:
         """Process messages until every partition's snapshot has arrived (data that arrives
-        meanwhile is kept for :meth:`epochs`/:meth:`events`). Returns False on timeout (seconds);
-        raises the failure that prevents it (e.g. the hello was refused)."""
+        meanwhile is kept for :meth:`epochs`/:meth:`events`). Returns False on timeout (seconds;
+        0: read what has arrived, without waiting); raises the failure that prevents it (e.g.
+        the hello was refused)."""
         deadline = None if timeout is None else _time.monotonic() + timeout
         while not self._protocol.ready:
-            left = None if deadline is None else deadline - _time.monotonic()
-            if left is not None and left <= 0:
-                return False
+            left = None if deadline is None else max(0.0, deadline - _time.monotonic())
             self._pump(min(left, 0.1) if left is not None else 0.1)
+            if left is not None and left <= 0 and not self._protocol.ready:
+                return False
         return True
 
     def _pump(self, timeout_s: float) -> None:
@@ -588,22 +559,6 @@ class Subscriber(Recovery, Resume, Pull):
         except EpochstreamError as exc:
             self._failure = exc
             raise
-
-    def _outputs(self) -> Iterator:
-        """Yield events with data decoded, and ``None`` after each idle poll (0.1 s); end when
-        finished."""
-        hand_out = self._hand_out
-        while True:
-            got = self._poll(0.1)
-            if got:
-                for m in got:
-                    m = hand_out(m)
-                    if m is not None:
-                        yield m
-            elif self._protocol.finished and not self._parked:
-                return
-            else:
-                yield None
 
     def _hand_out(self, m):
         """An event as it is handed out: data decoded and re-checked against the record
@@ -633,22 +588,58 @@ class Subscriber(Recovery, Resume, Pull):
         partition finished. ``timeout``: seconds without any event before ``TimeoutError``.
         With ``durable=``, epochs acked in an earlier session are not handed out again; acking
         needs whole epochs (:meth:`epochs` or :meth:`fetch`), so ``ack`` refuses what only
-        ``events()`` handed out. Unpacking an event as ``(message, nbytes)`` still works until
-        0.3 (deprecated)."""
+        ``events()`` handed out. Events read but not handed out stay with the subscriber: a new
+        ``events()`` (after ``break``) starts with them. Unpacking an event as
+        ``(message, nbytes)`` still works until 0.3 (deprecated)."""
+        pending = self._events_pending
         last = _time.monotonic()
-        for item in self._outputs():
-            kind = type(item)
+        while True:
+            item = pop_event(pending)
+            if item is None:
+                got = self.step_events(0.1)
+                if got is None:
+                    return
+                if not got and timeout is not None and _time.monotonic() - last > timeout:
+                    raise TimeoutError(f"no message for {timeout} s from topic {self.topic!r}")
+                pending.extend(got)
+                continue
+            last = _time.monotonic()
+            yield item
+
+    def step_events(self, timeout: float = 0.0) -> list | None:
+        """One non-blocking step of :meth:`events` (what ``aio`` drives): wait at most
+        ``timeout`` seconds (0: not at all) for messages, then return the events ready to hand
+        out, in order — decoded :class:`~epochstream.events.DataMessage`, merged
+        :class:`~epochstream.events.LowerFrontierUpdate`, :class:`~epochstream.events.Gap`,
+        and for a history fill an *iterator* of its ``DataMessage``\\ s, read and decoded as
+        it is consumed (consume it before the next step) — ``[]`` if none, ``None`` once the
+        stream ended (every partition finished, every event handed out). Raises what
+        :meth:`events` raises, after the events that arrived before the failure. Wait on
+        :attr:`sockets` between steps. Not to be mixed with :meth:`epochs`/:meth:`fetch`."""
+        got = self._poll(timeout)
+        if not got:
+            return None if self._protocol.finished and not self._parked else []
+        out, hand_out = [], self._hand_out
+        for m in got:
+            m = hand_out(m)
+            kind = type(m)
+            if m is None:
+                continue
             if kind is HistoryBatch:
-                last = _time.monotonic()
-                yield from self._history_messages(item)
+                out.append(self._history_messages(m))
             elif kind is Rejoined:
-                if item.withdraw is not None:
-                    yield item.withdraw
-            elif item is not None:
-                last = _time.monotonic()
-                yield item
-            elif timeout is not None and _time.monotonic() - last > timeout:
-                raise TimeoutError(f"no message for {timeout} s from topic {self.topic!r}")
+                if m.withdraw is not None:
+                    out.append(m.withdraw)
+            else:
+                out.append(m)
+        return out
+
+    @property
+    def sockets(self) -> tuple:
+        """The ``zmq.Socket`` DEALERs of the current join, one per live partition: what an
+        event loop waits on (readable) between non-blocking steps (:meth:`step_events`,
+        ``wait_ready(0)``, ``fetch(no_wait=True)``). A re-join replaces them."""
+        return tuple(self._links.partition_of)
 
     def _history_messages(self, batch: HistoryBatch) -> Iterator[DataMessage]:
         """The :class:`DataMessage`\\ s of a history fill for :meth:`events` (and the aio
@@ -676,12 +667,104 @@ class Subscriber(Recovery, Resume, Pull):
         :class:`~epochstream.events.Gap` is yielded where the subscriber re-joined (epochs of
         the old join that were still incomplete are dropped there). Ends when every partition
         finished. ``timeout``: seconds without a new epoch before ``TimeoutError``. Draws from
-        the stream :meth:`fetch` draws from: the two may be mixed (transport/pull.py)."""
-        return self._pulled(timeout)
+        the stream :meth:`fetch` draws from: the two may be mixed (transport/stream.py)."""
+        return self._stream.epochs(timeout)
+
+    def fetch(self, max_epochs: int = 1, max_bytes: int | None = None,
+              expires: float | None = None, no_wait: bool = False) -> FetchResult:
+        """Pull up to ``max_epochs`` whole epochs: a :class:`~epochstream.events.FetchResult`
+        (a sequence of :class:`~epochstream.events.Epoch`, in the order :meth:`epochs` yields
+        them, plus ``status``, ``gaps``, ``finished``, ``superseded``). Never raises for "no
+        epoch yet"; never splits an epoch.
+
+        - ``max_epochs`` (int >= 1): at most this many epochs.
+        - ``max_bytes`` (int >= 1 or ``None``): the epochs' ``nbytes`` (encoded payload bytes)
+          sum to at most this. An epoch that does not fit stays buffered for the next call
+          (nothing is lost or reordered); an epoch larger than ``max_bytes`` on its own is
+          returned alone with status ``"epoch_too_large"`` (it can never fit; holding it back
+          would block the stream for good).
+        - ``expires`` (seconds >= 0, or ``None``): wait at most about this long (to within a
+          poll slice, 0.05 s) for ``max_epochs`` epochs, then return those there are
+          (``"ok"``) or none (``"timeout"``). ``None``: block until at least one epoch is
+          there, then return it with those that have already arrived (up to ``max_epochs``,
+          without waiting for more).
+        - ``no_wait``: never wait for the network: process what has already arrived (up to
+          about 0.1 s of processing; the rest is processed by the next call) and return the
+          complete epochs (``"ok"``) or none (``"no_data"``). ``expires`` is then ignored.
+
+        Statuses: ``"ok"`` (at least one epoch); ``"timeout"`` (none within ``expires``);
+        ``"no_data"`` (none, without waiting out an ``expires``: ``no_wait``, the stream ended
+        — ``finished=True`` — , superseded — ``superseded=True`` — , or a failure pending);
+        ``"epoch_too_large"`` (see ``max_bytes``). With ``recover=True``, the
+        :class:`~epochstream.events.Gap` events met are in ``gaps`` (a gap alone does not end
+        a pull). When every partition finished and every epoch was handed out: ``"no_data"``
+        with ``finished=True``, at once, on every later call.
+
+        Epochs returned count as handed out exactly as with :meth:`epochs`: with
+        ``durable=``, ``sub.ack(epoch)`` acknowledges them. :meth:`epochs` and :meth:`fetch`
+        draw from one stream and may be mixed; :meth:`events` may not be mixed with them.
+
+        Threads: a fetch called while another is waiting (from another thread) supersedes it:
+        the waiting one returns within about 0.05 s with the epochs it already had (status as
+        above, ``superseded=True``) and the new one proceeds. Otherwise a subscriber is used
+        from one thread at a time.
+
+        Liveness: a waiting fetch is kept alive by every message, including the publishers'
+        idle heartbeats. A partition silent for more than two of its publisher's heartbeat
+        intervals (``Publisher(heartbeat_interval=)``, announced in the snapshot) plus 0.5 s
+        ends it with :class:`~epochstream.errors.PublisherLost` (with ``recover=True``, or
+        before the partition's snapshot arrived, the subscriber's ``timeout`` applies instead:
+        a restarted publisher is re-joined).
+
+        Raises, like :meth:`epochs`, only after every epoch that arrived before the failure was
+        handed out (a fetch that holds epochs returns them; the next call raises):
+        :class:`~epochstream.errors.PublisherLost`,
+        :class:`~epochstream.errors.PublisherAborted`,
+        :class:`~epochstream.errors.SubscriberLagged`,
+        :class:`~epochstream.errors.ProtocolError`,
+        :class:`~epochstream.errors.HistoryUnavailable` /
+        :class:`~epochstream.errors.SubscriptionExpired` (joining at a position); once raised,
+        the failure is raised again by every later call. ``ValueError`` for invalid arguments or
+        a closed subscriber.
+        """
+        _check_fetch(max_epochs, max_bytes, expires)
+        if self._closed:
+            raise ValueError(f"fetch() on a closed Subscriber of topic {self.topic!r}")
+        return self._stream.fetch(max_epochs, max_bytes, expires, no_wait,
+                                  lambda: self._failure)
+
+    def _step(self, slice_s: float):
+        """One poll of the epoch stream (transport/stream.py): ``None`` once the stream ended,
+        else ``(events, read_at, idle)``."""
+        reads = not self._parked and self._failure is None  # else _poll does not read
+        n = self.stats["messages"]
+        got = self._poll(slice_s)
+        if not got and self._protocol.finished and not self._parked:
+            return None
+        return got, (_time.monotonic() if reads else None), \
+            not got and self.stats["messages"] == n
+
+    def _check_heartbeats(self, read_at: float) -> None:
+        """After a fetch's poll that read the sockets (at ``read_at``): a partition silent for
+        more than two heartbeat intervals of its publisher (announced in its snapshot) plus
+        :data:`FETCH_GRACE_S` is lost. Not with ``recover=True`` (a restarted publisher is
+        re-joined; the ``timeout`` applies)."""
+        if self.recover or self._failure is not None:
+            return
+        beats = self._heartbeats
+        for partition, heard in self._liveness.last_heard.items():
+            hb = beats.get(partition)
+            silent = read_at - heard
+            if hb and silent > 2 * hb + FETCH_GRACE_S:
+                self._failure = PublisherLost(
+                    f"topic {self.topic!r}: no message from partition {partition} for "
+                    f"{silent:.2f} s during a fetch: two heartbeats missed (its publisher sends "
+                    f"one every {hb} s when idle)", partition=partition)
+                return
 
     def _released(self, outputs: Iterator) -> Iterator:
         """The one stream of released epochs behind :meth:`epochs` and :meth:`fetch` (a single
-        instance, kept by transport/pull.py): epochs and gaps, and ``None`` for each ``None``
+        instance, kept by the EpochStream, transport/stream.py): epochs and gaps, and ``None`` for each ``None``
         of ``outputs`` (a tick after each poll)."""
         for item in outputs:
             kind = type(item)
@@ -733,13 +816,20 @@ class Subscriber(Recovery, Resume, Pull):
                 yield None
 
     def close(self) -> None:
-        """Say goodbye to every publisher (so it frees our state at once) and close sockets."""
+        """Say goodbye to every publisher (so it frees our state at once), close the sockets,
+        and release a durable subscription's hold in the catalog."""
         if self._closed:
             return
         self._closed = True
-        for partition in list(self._by_partition):
+        self._close_links()
+        self._close_catalog()
+
+    def _close_links(self) -> None:
+        for partition in list(self._links.live()):
             self._retire_socket(partition)
         self._close_history()
+
+    def _close_catalog(self) -> None:
         self._release_hold()
         if getattr(self, "_refused_new", False):  # refused start: drop what it created
             self._forget_new_durable()
@@ -751,7 +841,43 @@ class Subscriber(Recovery, Resume, Pull):
         self.close()
 
     def __del__(self):
+        # A garbage collection may run this inside a catalog write of this very thread (its
+        # lock held): the catalog part of closing runs in a thread of its own, never here.
         try:
-            self.close()
+            if self._closed:
+                return
+            self._closed = True
+            self._close_links()
+            if self.durable is not None:
+                threading.Thread(target=self._close_catalog, daemon=True,
+                                 name="epochstream-subscriber-close").start()
         except Exception:
             pass
+
+
+def _check_fetch(max_epochs, max_bytes, expires) -> None:
+    """``ValueError`` for an invalid argument of :meth:`Subscriber.fetch`."""
+    if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < 1:
+        raise ValueError(f"max_epochs must be an int >= 1, got {max_epochs!r}")
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
+                                  or max_bytes < 1):
+        raise ValueError(f"max_bytes must be an int >= 1 (bytes) or None, got {max_bytes!r}")
+    if expires is not None:
+        if isinstance(expires, bool) or not isinstance(expires, (int, float)) or \
+                math.isnan(expires) or expires < 0:
+            raise ValueError(f"expires must be seconds >= 0 or None, got {expires!r}")
+
+
+def pop_event(pending: collections.deque):
+    """The next event of ``pending`` — a deque of what :meth:`Subscriber.step_events`
+    returned: events, and iterators of a history fill's ``DataMessage``\\ s, read as they are
+    handed out — or ``None`` when it is empty."""
+    while pending:
+        item = pending[0]
+        if type(item) is not _GENERATOR:
+            return pending.popleft()
+        item = next(item, None)  # a history fill, read as it is handed out
+        if item is not None:
+            return item
+        pending.popleft()
+    return None
