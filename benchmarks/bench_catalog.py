@@ -60,7 +60,7 @@ def _dist_us(samples: list) -> dict:
 
 def _prepare(cat, root: Path) -> dict:
     """The topic, partitions, index and durable subscription the operations use."""
-    from epochstream.catalog_history import EpochRecord
+    from epochstream.catalog.history import EpochRecord
 
     cat.create_topic("bench", partitions=2)
     incs = [cat.register_partition("bench", p, f"tcp://127.0.0.1:{7000 + p}") for p in (0, 1)]

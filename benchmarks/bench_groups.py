@@ -588,18 +588,18 @@ _PROFILE_FUNCS = (
     ("group.py", "_try", "EpochGroup._try (one attempt)"),
     ("history.py", "states", "History.states (catalog read)"),
     ("history.py", "records", "History.records (index of the backlog)"),
-    ("catalog_history.py", "history_epochs", "Catalog.history_epochs (SQL, per partition)"),
-    ("catalog_history.py", "history_states", "Catalog.history_states (SQL)"),
-    ("catalog.py", "lookup", "Catalog.lookup (SQL)"),
-    ("catalog_groups.py", "group_claim", "Catalog.group_claim (BEGIN IMMEDIATE … COMMIT)"),
-    ("catalog_groups.py", "_states", "group_claim: read the group's rows"),
-    ("catalog_liveness.py", "pid_alive", "pid_alive (psutil, per leased row)"),
-    ("catalog_groups.py", "_set_position", "group_claim: store the position"),
+    ("catalog/history.py", "history_epochs", "Catalog.history_epochs (SQL, per partition)"),
+    ("catalog/history.py", "history_states", "Catalog.history_states (SQL)"),
+    ("catalog/sqlcatalog.py", "lookup", "Catalog.lookup (SQL)"),
+    ("catalog/groups.py", "group_claim", "Catalog.group_claim (BEGIN IMMEDIATE … COMMIT)"),
+    ("catalog/groups.py", "_states", "group_claim: read the group's rows"),
+    ("catalog/liveness.py", "pid_alive", "pid_alive (psutil, per leased row)"),
+    ("catalog/groups.py", "_set_position", "group_claim: store the position"),
     ("leases.py", "plan", "leases.plan"),
     ("leases.py", "group_position", "leases.group_position"),
     ("group.py", "_epoch", "EpochGroup._epoch (read + decode the epoch)"),
     ("epochlog.py", "read_epoch", "read_epoch (segment read + crc)"),
-    ("catalog_groups.py", "group_settle", "Catalog.group_settle (the ack's transaction)"),
+    ("catalog/groups.py", "group_settle", "Catalog.group_settle (the ack's transaction)"),
     ("~", "<built-in method _sqlite3.connect>", "sqlite3.connect (a fresh connection)"),
     ("~", "<method 'execute' of 'sqlite3.Connection' objects>", "sqlite3 execute (all statements)"),
     ("~", "<method 'close' of 'sqlite3.Connection' objects>", "sqlite3 close"),
@@ -682,7 +682,7 @@ def sql_breakdown(iterations: int = 50, base: str | None = None) -> dict:
     import sqlite3
     import types
 
-    import epochstream.catalog as catalog_mod
+    import epochstream.catalog.store as catalog_mod
     from epochstream import Catalog, EpochGroup, Publisher, Retention
     acc = collections.defaultdict(lambda: [0, 0.0])
     perf = time.perf_counter
@@ -723,7 +723,7 @@ def sql_breakdown(iterations: int = 50, base: str | None = None) -> dict:
                 pub.advance_to(e + 1)
         g = EpochGroup("sql", "g", cat)
         g.fetch(1)[0].ack()  # warm
-        cat._drop_hot()  # the thread's long-lived connection is opened again, through the shim
+        cat._store.drop_hot()  # the thread's long-lived connection is opened again, through the shim
         real = catalog_mod.sqlite3
         catalog_mod.sqlite3 = shim
         try:

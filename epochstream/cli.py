@@ -21,7 +21,7 @@ Commands (``epochstream COMMAND --help`` for each):
 - ``epochstream drop TOPIC [--force]`` — delete a topic from the catalog, its durable
   subscriptions, consumer groups and epoch logs.
 - ``epochstream catalog serve [--db PATH] [--bind tcp://HOST:PORT]`` — run the network catalog
-  (:mod:`epochstream.catalog_server`) until SIGINT/SIGTERM.
+  (:mod:`epochstream.catalog.server`) until SIGINT/SIGTERM.
 - ``epochstream keys generate DIR NAME``, ``grant add|revoke|ls`` — CURVE key pairs and the
   catalog's grants (docs/security.md; :mod:`epochstream._cli.keys`, :mod:`epochstream._cli.grants`).
 - ``epochstream demo [--days N] [--pace S] [--catalog PATH] [--master URL]`` — run the bundled
@@ -56,6 +56,7 @@ from rich.markup import escape
 
 from . import __version__
 from . import demo as _demo
+from ._cli.catalog import catalog_app
 from ._cli.catalogs import catalog_errors, open_existing_catalog
 from ._cli.durable import (durable_json, durables_table, find_durable, refuse_if_held,
                            reset_report, reset_target)
@@ -176,9 +177,9 @@ def topics(catalog: Optional[str] = _catalog_option("to read")) -> None:
         raise fail(str(e)) from None
     console = out()
     if not infos:
-        console.print(f"no topics in catalog {escape(str(cat.path))}")
+        console.print(f"no topics in catalog {escape(cat.where)}")
         return
-    console.print(f"catalog {escape(str(cat.path))}")
+    console.print(f"catalog {escape(cat.where)}")
     console.print(topics_table(infos))
 
 
@@ -334,7 +335,7 @@ def durable_ls(
         for g, units in groups:
             console.print(group_durable_json(g, units), soft_wrap=True, markup=False)
         return
-    where = f"topic {topic!r} in catalog {cat.path}" if topic else f"catalog {cat.path}"
+    where = f"topic {topic!r} in catalog {cat.where}" if topic else f"catalog {cat.where}"
     if not found and not groups:
         console.print(escape(f"no durable subscriptions in {where}"), soft_wrap=True)
         return
@@ -453,7 +454,7 @@ def group_ls(
         for g, units in groups:
             console.print(group_json(g, units), soft_wrap=True, markup=False)
         return
-    where = f"topic {topic!r} in catalog {cat.path}" if topic else f"catalog {cat.path}"
+    where = f"topic {topic!r} in catalog {cat.where}" if topic else f"catalog {cat.where}"
     if not groups:
         console.print(escape(f"no consumer groups in {where}"), soft_wrap=True)
         return
@@ -586,14 +587,14 @@ def drop(
     try:
         deleted = delete_logs(logs)
     except OSError as e:
-        raise fail(f"dropped topic {topic!r} from catalog {cat.path}, but could not delete its "
+        raise fail(f"dropped topic {topic!r} from catalog {cat.where}, but could not delete its "
                    f"epoch logs: {e}", hint="delete the directories by hand: "
                    + ", ".join(s.dir for s in logs.values())) from None
     console = out()
     extra = f" and {len(durables)} durable subscription(s)" if durables else ""
     extra += f" and {len(groups)} consumer group(s)" if groups else ""
     console.print(escape(f"dropped topic {topic!r} ({info.partitions} partition(s)){extra} "
-                         f"from catalog {cat.path}"), soft_wrap=True)
+                         f"from catalog {cat.where}"), soft_wrap=True)
     for d in deleted:
         console.print(escape(f"deleted the epoch log of partition {d.partition}: {d.dir} "
                              f"({d.segments} segment(s), {fmt_bytes(d.bytes)})"), soft_wrap=True)
@@ -605,51 +606,8 @@ def drop(
 # ---- catalog ----------------------------------------------------------------------------------
 
 
-catalog_app = typer.Typer(
-    name="catalog",
-    help="The catalog as a network service: 'epochstream catalog serve' owns the SQLite file "
-         "and answers Catalog(\"tcp://HOST:PORT\") clients (--catalog tcp://HOST:PORT, "
-         "$EPOCHSTREAM_CATALOG, the Spark option catalog) on other machines.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-app.add_typer(catalog_app, name="catalog", short_help="Run the catalog as a network service.")
-
-
-@catalog_app.command(
-    "serve", short_help="Serve a catalog file to other machines.",
-    help="Serve the catalog file --db on --bind until SIGINT or SIGTERM. Clients open it with "
-         "Catalog(\"tcp://HOST:PORT\") or --catalog tcp://HOST:PORT; their partitions are "
-         "live while their lease is renewed (10 s by default). Prints 'catalog service on "
-         "ENDPOINT (database PATH)' once it serves (a * port resolved). Without --key: no "
-         "authentication, bind to an interface only trusted hosts reach; with --key and --allow: "
-         "CURVE, only the allowed keys connect, grant/revoke need an admin grant, and every "
-         "change to a topic the grant it needs: publish for a publisher's, subscribe for a "
-         "consumer's, admin for a drop (docs/security.md). Exit "
-         "status 0 when stopped by a signal, 1 if the database or the "
-         "address cannot be used, 2 for bad usage.")
-def catalog_serve(
-    db: Optional[str] = typer.Option(
-        None, "--db", metavar="PATH",
-        help="Catalog directory or .sqlite file to serve, created if missing (default: "
-             "$EPOCHSTREAM_CATALOG, else ./.epochstream/catalog.sqlite)."),
-    bind: str = typer.Option(
-        "tcp://127.0.0.1:7420", "--bind", metavar="tcp://HOST:PORT",
-        help="Where to listen: tcp://0.0.0.0:7420 for every interface, a port * for any free "
-             "one."),
-    key: Optional[str] = typer.Option(
-        None, "--key", metavar="SECRET",
-        help="The service's CURVE key pair (a .key_secret file or a name in $EPOCHSTREAM_KEYS): "
-             "serve over CURVE (docs/security.md)."),
-    allow: Optional[str] = typer.Option(
-        None, "--allow", metavar="DIR",
-        help="With --key: the directory of the client certificates allowed to connect "
-             "(default: any client key)."),
-) -> None:
-    from ._cli.catalog_serve import serve
-    serve(db, bind, key=key, allow=allow)
+app.add_typer(catalog_app, name="catalog",
+              short_help="The catalog: init, migrate, or serve it to other machines.")
 
 
 # ---- security (docs/security.md) --------------------------------------------------------------

@@ -85,7 +85,7 @@ def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[st
     workdir = Path(tempfile.mkdtemp(prefix="epochstream-demo-"))
     console.print(f"[bold]epochstream demo[/]: {files.rows:,} flights, {files.days} days "
                   f"({files.dates[0]} .. {files.dates[-1]}), topic [cyan]{TOPIC}[/] "
-                  f"x{PARTITIONS} partitions, catalog {escape(str(cat.path))}")
+                  f"x{PARTITIONS} partitions, catalog {escape(cat.where)}")
     # what to add to a command run from this shell to reach the same catalog
     same_catalog = "" if catalog is None else f" --catalog {shlex.quote(str(cat.path))}"
     run = _Run(console, cat, files, workdir, pace, t_setup, same_catalog, master)

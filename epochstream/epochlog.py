@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .catalog_history import EpochRecord, HistoryState
+from .catalog.history import EpochRecord, HistoryState
 from .errors import CatalogError, HistoryCorrupt, HistoryWriteError
 from .frontier import Antichain
 from .retention import Retention, SegmentStat, segment_aged, segments_to_delete

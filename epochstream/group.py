@@ -42,8 +42,8 @@ from typing import Any, Callable, Iterator
 import msgpack
 
 from .catalog import Catalog
-from .catalog_groups import Claimed, GroupInfo
-from .catalog_liveness import HOST
+from .catalog.groups import Claimed, GroupInfo
+from .catalog.liveness import HOST
 from .errors import GroupStopped, HistoryUnavailable
 from .events import Epoch
 from .frontier import Antichain, join

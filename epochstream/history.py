@@ -32,8 +32,8 @@ from typing import Any, Iterator
 
 from . import wire
 from .catalog import Catalog
-from .catalog_liveness import HOST
-from .catalog_history import EpochRecord, HistoryState
+from .catalog.liveness import HOST
+from .catalog.history import EpochRecord, HistoryState
 from .epochlog import read_epoch
 from .errors import HistoryCorrupt, HistoryUnavailable
 from .events import Epoch

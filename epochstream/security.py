@@ -70,7 +70,7 @@ Spark task's or the driver-side commit's DATA/FLUSH/COMMIT/ABORT only if the con
 principal holds ``publish`` (or ``admin``) for the topic (:meth:`Authorizer.publish_refusal`);
 otherwise the request gets the ingest protocol's ``ERR`` ("not authorised to publish to topic
 'T' ...") and nothing of it is staged. And a secured network catalog service
-(:class:`~epochstream.catalog_server.CatalogServer`) registers a publisher's partition
+(:class:`~epochstream.catalog.server.CatalogServer`) registers a publisher's partition
 (``register_partition``) only for a key holding ``publish`` for the topic. The executors' side
 (a CURVE client with the sink's ``clientKey``, the host's key from the catalog) is
 :mod:`epochstream.spark.client`; docs/security.md.

@@ -21,3 +21,36 @@ def spark():
         yield session
     finally:
         session.stop()
+
+
+# ---- PostgreSQL (the catalog's second store) -------------------------------------------------
+# ONE throwaway server for the session (started on first use, stopped at the end), a fresh
+# database per test. PostgreSQL 15 is installed on every machine of this project: a missing
+# server is an error here, never a skip.
+
+_databases = __import__("itertools").count()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    from epochstream.testing.postgres import PostgresServer
+
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def pg_url(postgres) -> str:
+    """A new, empty database on the session's PostgreSQL server: its URL (with password)."""
+    return postgres.create_database(f"t{os.getpid()}_{next(_databases)}")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def catalog_location(request, tmp_path):
+    """Where a test's catalog lives: a SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "cat.sqlite"
+    return request.getfixturevalue("pg_url")

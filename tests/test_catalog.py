@@ -55,8 +55,11 @@ def _finish(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def cat(tmp_path) -> Catalog:
-    return Catalog(tmp_path / "cat.sqlite")
+def cat(catalog_location) -> Catalog:
+    """The catalog of a test: on SQLite, then on PostgreSQL (tests/conftest.py)."""
+    c = Catalog(catalog_location)
+    yield c
+    c.close()
 
 
 # ---- paths -----------------------------------------------------------------------------------
@@ -86,7 +89,14 @@ def test_directory_path_gets_default_file_name(tmp_path):
     assert Catalog(str(tmp_path / "f.sqlite")).path == tmp_path / "f.sqlite"
 
 
-def test_wal_mode_and_schema(cat):
+@pytest.fixture
+def sqlite_cat(tmp_path) -> Catalog:
+    """A catalog on SQLite only (a test that reads the file itself)."""
+    return Catalog(tmp_path / "cat.sqlite")
+
+
+def test_wal_mode_and_schema(sqlite_cat):
+    cat = sqlite_cat
     conn = sqlite3.connect(cat.path)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -464,7 +474,8 @@ def test_partition_info_positional_fields():
     assert t.endpoints == ("tcp://x",) and t.order is TOTAL
 
 
-def test_catalog_path_attribute_is_path(cat, tmp_path):
+def test_catalog_path_attribute_is_path(sqlite_cat, tmp_path):
+    cat = sqlite_cat
     assert isinstance(cat.path, Path) and cat.path == tmp_path / "cat.sqlite"
 
 
@@ -540,9 +551,10 @@ def test_new_catalog_waits_for_a_writer_holding_the_new_file(tmp_path):
 
 def test_writer_holding_a_new_file_too_long_is_reported(tmp_path, monkeypatch):
     """The retries stop at the busy timeout with a CatalogError naming the file."""
-    import epochstream.catalog as catalog_module
+    from epochstream.catalog import sqlcatalog, store
 
-    monkeypatch.setattr(catalog_module, "BUSY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(sqlcatalog, "BUSY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.3)
     path = tmp_path / "cat.sqlite"
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
@@ -769,12 +781,10 @@ def test_aborted_state_round_trips(cat):
     assert (p.state, p.upper, p.incarnation) == ("aborted", ((3, 1), (1, 4)), inc)
     assert not p.alive
     assert [t.partition_info[0].state for t in cat.topics()] == ["aborted"]
-    # stored as 'aborted' in the file, not 'closed'
-    conn = sqlite3.connect(cat.path)
-    try:
-        assert conn.execute("SELECT state FROM partitions WHERE idx = 0").fetchone() == ("aborted",)
-    finally:
-        conn.close()
+    # stored as 'aborted', not 'closed'
+    with cat._connect() as conn:
+        assert tuple(conn.execute("SELECT state FROM partitions WHERE idx = 0").fetchone()) == (
+            "aborted",)
     # a wrong incarnation does not abort
     assert cat.close_partition("p", 1, "someone-else", aborted=True) is False
     assert cat.lookup("p").partition_info[1].state == "live"
@@ -832,13 +842,17 @@ def test_record_upper_in_threads_and_a_forked_child(cat):
     for th in threads:
         th.join()
     assert errors == []
-    inherited = cat._local.conn
+    store = cat._store
+    inherited = store._local.conn if cat.store == "sqlite" else list(store._idle)
+    assert inherited
     pid = os.fork()  # no other thread of this test is running now
     if pid == 0:  # child: must open its own connection, never use the parent's
         code = 1
         try:
             code = 0 if cat.record_upper("t", 3, incs[3], [77]) else 2
-            if cat._local.conn is inherited:
+            if cat.store == "sqlite" and store._local.conn is inherited:
+                code = 3
+            if cat.store == "postgresql" and set(map(id, store._idle)) & set(map(id, inherited)):
                 code = 3
         finally:
             os._exit(code)

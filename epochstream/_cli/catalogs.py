@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 
 import typer
 
-from ..catalog import DEFAULT_FILE, ENV_VAR, Catalog, default_catalog_path, is_catalog_url
+from ..catalog import DEFAULT_FILE, ENV_VAR, Catalog, default_catalog_path, location_kind
 from ..errors import EpochstreamError, TopicNotFound
 from .output import EXIT_USAGE, fail
 
@@ -42,6 +42,8 @@ def catalog_file(path: Optional[str]) -> tuple[Path, str]:
     else:
         return (default_catalog_path().absolute(),
                 "the default: ./.epochstream/catalog.sqlite in the current directory")
+    if raw[:9].lower() == "sqlite://":
+        raw = raw[9:]
     p = Path(raw).expanduser()
     return (p / DEFAULT_FILE if p.is_dir() else p).absolute(), source
 
@@ -51,7 +53,7 @@ def open_existing_catalog(path: Optional[str]) -> Catalog:
     one where none exists: a typo in --catalog must not look like an empty catalog. A network
     catalog's URL opens that service (it has a catalog file by construction)."""
     url = given_catalog(path)
-    if url is not None and is_catalog_url(url):
+    if url is not None and _is_url(url):
         return open_catalog(url)
     file, source = catalog_file(path)
     if not file.is_file():
@@ -65,6 +67,15 @@ def open_existing_catalog(path: Optional[str]) -> Catalog:
     return open_catalog(str(file))
 
 
+def _is_url(location: str) -> bool:
+    """Whether ``location`` is a URL other than ``sqlite://`` (a service or a database, which
+    exists or not by itself); an unknown scheme ends the command (status 2)."""
+    try:
+        return location_kind(location) != "sqlite"
+    except EpochstreamError as e:
+        raise fail(str(e), EXIT_USAGE) from None
+
+
 def unknown_topic(cat: Catalog, e: TopicNotFound, waited: float = 0.0,
                   can_wait: bool = True) -> typer.Exit:
     """Report a topic missing from ``cat`` (after ``waited`` seconds of ``--wait``), with the
@@ -75,7 +86,7 @@ def unknown_topic(cat: Catalog, e: TopicNotFound, waited: float = 0.0,
     hint = (f"if its publisher uses another catalog, pass --catalog PATH (or set ${ENV_VAR})"
             + ("" if waited > 0 or not can_wait
                else "; to wait for the topic to appear, pass --wait SECONDS"))
-    return fail(f"unknown topic {e.topic!r} in catalog {cat.path} (existing topics: {known})"
+    return fail(f"unknown topic {e.topic!r} in catalog {cat.where} (existing topics: {known})"
                 f"{after}", EXIT_USAGE, hint=hint)
 
 

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import Catalog
-from ..catalog_history import DurableInfo, position_available
+from ..catalog.history import DurableInfo, position_available
 from ..errors import EpochstreamError, HistoryUnavailable
 from ..frontier import Antichain
 from ..history import History

@@ -89,7 +89,7 @@ def grant_add(
     except EpochstreamError as e:
         raise fail(str(e)) from None
     err().print(f"granted {escape(g.op)} on {escape(g.pattern)} to {escape(g.principal)} "
-                f"(catalog {escape(str(cat.path))})", soft_wrap=True)
+                f"(catalog {escape(cat.where)})", soft_wrap=True)
 
 
 @grant_app.command(

@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import Catalog
-from ..catalog_groups import GroupInfo
-from ..catalog_history import position_available
+from ..catalog.groups import GroupInfo
+from ..catalog.history import position_available
 from ..errors import HistoryUnavailable
 from ..history import History
 from .formats import fmt_time
@@ -68,7 +68,7 @@ def group_units(cat: Catalog, topic: str, name: str) -> list[GroupUnit]:
     """Every unit the catalog stores for group ``name`` of ``topic`` (those at or beyond its
     position: settled units behind it are forgotten), sorted by time and bucket.
 
-    :class:`~epochstream.catalog_groups.GroupInfo` names the leased units but not who holds
+    :class:`~epochstream.catalog.groups.GroupInfo` names the leased units but not who holds
     them or until when: :meth:`~epochstream.catalog.Catalog.group_epochs` has the rows."""
     out = [GroupUnit(r.time, None if r.bucket < 0 else r.bucket, r.state, r.deliveries, r.token,
                      r.worker, r.pid, r.host, r.alive, r.deadline, r.not_before)
@@ -174,7 +174,7 @@ def info_lines(cat: Catalog, g: GroupInfo, units: list[GroupUnit]) -> tuple[list
     now = time.time()
     order = cat.lookup(g.topic).order
     state = g.state if g.reason is None else f"{g.state}: {g.reason}"
-    head = [f"consumer group {g.name!r} of topic {g.topic!r} in catalog {cat.path}",
+    head = [f"consumer group {g.name!r} of topic {g.topic!r} in catalog {cat.where}",
             f"  mode         {g.mode}",
             f"  ack_wait     {g.ack_wait:g} s",
             f"  max_deliver  {g.max_deliver}",

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..catalog import Catalog
-from ..catalog_history import HistoryState
+from ..catalog.history import HistoryState
 from ..errors import EpochstreamError, HistoryCorrupt, HistoryUnavailable, TopicNotFound
 from ..history import History
 from .catalogs import catalog_errors, unknown_topic
@@ -88,7 +88,7 @@ def print_history(cat: Catalog, topic: str, since: Optional[str], until: Optiona
     if until_v is not None:
         what.append(f"not at or beyond {fmt_position(order, until_f)}")
     console.print(escape(f"history of {topic!r} ({info.order_name}, {info.codec}, "
-                         f"{info.partitions} partition(s)) from catalog {cat.path}: retained "
+                         f"{info.partitions} partition(s)) from catalog {cat.where}: retained "
                          f"since {fmt_position(order, retained)}"
                          + (f"; epochs {' and '.join(what)}" if what else "")), soft_wrap=True)
     if not writer.as_json:

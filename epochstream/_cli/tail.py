@@ -129,7 +129,7 @@ def _stream(cat: Catalog, topic: str, info: TopicInfo, writer: TailWriter, conso
                     takeover=start.takeover) as sub:
         totals.joined = True
         console.print(escape(f"tailing {topic!r} ({info.order_name}, {info.codec}, "
-                             f"{info.partitions} partition(s)) from catalog {cat.path}"
+                             f"{info.partitions} partition(s)) from catalog {cat.where}"
                              f"{_from(info, start, resumed)}; Ctrl-C to stop"),
                       soft_wrap=True)
         if not writer.as_json:

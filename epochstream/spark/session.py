@@ -13,7 +13,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from ..catalog import is_catalog_url
+from ..catalog import location_kind
 from .client import require_host
 from .ingest import IngestError
 from .sink import SOURCE_NAME, EpochstreamDataSource
@@ -127,8 +127,8 @@ def start_query(spark, df, topic: str, *, checkpoint: str | os.PathLike,
     """Start ``df.writeStream.format("epochstream")`` into ``topic``; returns the StreamingQuery.
 
     ``checkpoint``: a fresh directory per query (a reused one resumes old batch ids = epochs);
-    ``catalog``: a Catalog, a path (made absolute: workers may run elsewhere) or a network
-    catalog's URL ``"tcp://host:port"``; ``trigger``:
+    ``catalog``: a Catalog, a path (made absolute: workers may run elsewhere) or a catalog's
+    URL (``"tcp://host:port"``, ``"postgresql://..."``); ``trigger``:
     keyword arguments for ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}``);
     ``options``: more writer options (e.g. ``{"ackTimeout": 30}``).
 
@@ -137,8 +137,9 @@ def start_query(spark, df, topic: str, *, checkpoint: str | os.PathLike,
     :class:`~epochstream.spark.SparkPublisherHost` serves ``topic`` in the catalog."""
     register(spark)
     cat_path = getattr(catalog, "url", None) or getattr(catalog, "path", catalog)
-    if cat_path is not None:  # a network catalog's URL stays as it is; a path becomes absolute
-        cat_path = str(cat_path) if is_catalog_url(str(cat_path)) else str(Path(cat_path).absolute())
+    if cat_path is not None:  # a URL stays as it is; a path becomes absolute
+        cat_path = (str(cat_path) if location_kind(str(cat_path)) != "sqlite"
+                    else str(Path(cat_path).absolute()))
     require_host(cat_path, topic)
     w = (df.writeStream.format(SOURCE_NAME).option("topic", topic)
          .option("checkpointLocation", str(Path(checkpoint).absolute())))

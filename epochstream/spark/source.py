@@ -23,20 +23,20 @@ batch's ``start``, and every ``end`` is at or beyond its ``start``).
 
 - :meth:`EpochstreamStreamReader.latestOffset` only ever covers epochs that are complete *and*
   durably logged in every partition: the merged lower frontier of the partitions'
-  :class:`~epochstream.catalog_history.HistoryState` ``lower`` (what
+  :class:`~epochstream.catalog.history.HistoryState` ``lower`` (what
   :meth:`History.records <epochstream.history.History.records>` calls complete), a partition
   whose log has not started yet holding everything back. With a limit of ``n`` epochs
   (``maxEpochsPerTrigger``) the end is the frontier just after the first ``n`` epochs with data
   of a linear extension (:func:`batch_end`): a prefix of a linear extension is closed
   downwards, so that frontier cuts exactly those ``n`` epochs, never part of one.
 - :meth:`~EpochstreamStreamReader.partitions` lists the epochs (their
-  :class:`~epochstream.catalog_history.EpochRecord`\\ s, from the index) and
+  :class:`~epochstream.catalog.history.EpochRecord`\\ s, from the index) and
   :meth:`~EpochstreamStreamReader.read` is a pure function of that list: it reads the logged,
   checksummed bytes (:meth:`History.payloads <epochstream.history.History.payloads>`), so a
   retried or re-run task reads the same rows, or raises
   :class:`~epochstream.errors.HistoryUnavailable` if retention deleted them.
 - :meth:`~EpochstreamStreamReader.commit` moves a **durable subscription** of the catalog
-  (:meth:`Catalog.durable_claim <epochstream.catalog_history.HistoryCatalog.durable_claim>`,
+  (:meth:`Catalog.durable_claim <epochstream.catalog.history.HistoryCatalog.durable_claim>`,
   ``durable_ack``, ``durable_release``) to the committed end offset: ``epochstream durable ls``
   shows the query's position, and retention expires it (``SubscriptionExpired``, never a silent
   skip) if the limits delete epochs the query has not committed yet. Its name is the option
@@ -73,7 +73,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from ..catalog_history import EpochRecord
+from ..catalog.history import EpochRecord
 from ..errors import (EpochstreamError, HistoryUnavailable, ProtocolError, SubscriptionExpired,
                       SubscriptionHeld)
 from ..frontier import Antichain, join
@@ -299,7 +299,7 @@ def _history(options: SourceOptions) -> History:
 
 
 def _states(history: History) -> tuple[dict, Any]:
-    """The partitions' log states and the topic's :class:`~epochstream.catalog_records.TopicInfo`,
+    """The partitions' log states and the topic's :class:`~epochstream.catalog.records.TopicInfo`,
     checked: raises ``HistoryUnavailable`` if no partition keeps a log or a registered one keeps
     none (the source reads nothing but the logs)."""
     states = history.states()

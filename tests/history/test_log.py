@@ -433,7 +433,7 @@ def test_a_reopened_log_applies_its_limits_at_once(tmp_path, monkeypatch):
     are all older than max_age are deleted when the log is opened, not at the first commit."""
     import time
 
-    import epochstream.catalog_history as catalog_history
+    import epochstream.catalog.history as catalog_history
     import epochstream.epochlog as epochlog
 
     real = time

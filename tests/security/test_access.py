@@ -17,7 +17,7 @@ import zmq
 import epochstream.security as security
 from epochstream import (Catalog, NotAuthorized, PublisherLost, Retention, Security, Subscriber,
                          wire)
-from epochstream.catalog_server import CatalogServer
+from epochstream.catalog.server import CatalogServer
 
 STREAM = (wire.SNAPSHOT[:1], wire.DATA[:1], wire.HISTORY[:1])
 TOPIC = "sec.flights"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from epochstream import Catalog, NotAuthorized, Publisher, Security
-from epochstream.catalog_client import RemoteCatalog
-from epochstream.catalog_server import CatalogServer
+from epochstream.catalog.client import RemoteCatalog
+from epochstream.catalog.server import CatalogServer
 
 TOPIC = "sec.pub"
 
@@ -98,7 +98,7 @@ def test_a_publisher_and_a_spark_host_need_the_grant_of_their_catalog_key(servic
 def test_every_catalog_operation_is_classified():
     """A new catalog operation cannot cross the network unchecked by mistake: each one is a
     read, a grant change, or has its grant in TOPIC_GRANTS."""
-    from epochstream import catalog_rpc, catalog_server
+    from epochstream.catalog import rpc as catalog_rpc, server as catalog_server
 
     ops = set(catalog_rpc.OPS)
     assert ops == set(catalog_server.TOPIC_GRANTS) | catalog_server.READ_OPS | {"grant", "revoke"}
@@ -138,7 +138,7 @@ def test_each_topic_operation_needs_its_grant(service, keys, op):
     """Per operation: keys whose grants fall short (none, or another op) get NotAuthorized
     naming the grant needed, and the topic's state is unchanged; an admin of the topic is let
     through (what the operation then says is its own business)."""
-    from epochstream.catalog_server import TOPIC_GRANTS
+    from epochstream.catalog.server import TOPIC_GRANTS
 
     cat, connect = service
     need = TOPIC_GRANTS[op]

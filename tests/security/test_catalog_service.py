@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from epochstream import Catalog, CatalogUnavailable, NotAuthorized, Security
-from epochstream.catalog_client import RemoteCatalog
-from epochstream.catalog_server import CatalogServer
+from epochstream.catalog.client import RemoteCatalog
+from epochstream.catalog.server import CatalogServer
 from epochstream.cli import app
 
 

@@ -16,9 +16,9 @@ import zmq.auth
 from typer.testing import CliRunner
 
 from epochstream import Catalog, Security
-from epochstream.catalog_client import RemoteCatalog
-from epochstream.catalog_schema import SCHEMA_VERSION
-from epochstream.catalog_server import CatalogServer
+from epochstream.catalog.client import RemoteCatalog
+from epochstream.catalog.schema import SCHEMA_VERSION
+from epochstream.catalog.server import CatalogServer
 from epochstream.cli import app
 from epochstream.errors import CatalogError
 from epochstream.security import (ENV_KEYS, Grant, check_grant, grant_matches, is_z85_key,

@@ -60,7 +60,7 @@ def main() -> None:
         os.fsync = fsync
 
     if mode == "indexed":  # epoch E indexed (durable, complete in the log), not yet announced
-        from epochstream import catalog_history
+        from epochstream.catalog import history as catalog_history
 
         cls = type(Catalog(cat))
         real_commit = cls.history_commit

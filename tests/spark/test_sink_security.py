@@ -88,7 +88,7 @@ def test_tasks_read_a_secured_catalog_service_through_its_url(quiet_spark, tmp_p
     executor on another machine would) and publish whole epochs that a secured subscriber,
     itself reading the catalog through the service, receives. A query whose URL names a key the
     service does not answer fails to start with the catalog's error (and its hint), at once."""
-    from epochstream.catalog_server import CatalogServer
+    from epochstream.catalog.server import CatalogServer
 
     spark = quiet_spark
     keys, allow, data = tmp_path / "keys", tmp_path / "allow", tmp_path / "in"

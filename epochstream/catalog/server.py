@@ -5,14 +5,14 @@ One thread owns the embedded :class:`~epochstream.catalog.Catalog` (the SQLite f
 store) and one ZeroMQ ROUTER socket, and answers the requests one at a time, in arrival order: the
 service serialises every read and write, and each write is still the embedded catalog's
 ``BEGIN IMMEDIATE`` transaction (other processes may keep opening the file directly). Messages:
-:mod:`epochstream.catalog_rpc`; the client: :mod:`epochstream.catalog_client`.
+:mod:`epochstream.catalog.rpc`; the client: :mod:`epochstream.catalog.client`.
 
 Bad input never stops the service: a body that is not msgpack, not a map, names an operation
-outside :data:`~epochstream.catalog_rpc.OPS` (a private method such as ``_connect`` or
+outside :data:`~epochstream.catalog.rpc.OPS` (a private method such as ``_connect`` or
 ``__class__`` included), carries arguments of the wrong types or too many of them gets an
 ``{"error": ...}`` reply (a :class:`~epochstream.errors.CatalogError` naming the problem, or
 what the embedded catalog raised), and the next request is served as usual. A message larger
-than :data:`~epochstream.catalog_rpc.MAX_REQUEST_BYTES` closes that client's connection (libzmq's
+than :data:`~epochstream.catalog.rpc.MAX_REQUEST_BYTES` closes that client's connection (libzmq's
 ``MAXMSGSIZE``). Nothing received is ever unpickled or evaluated. A request never waits on the
 server: ``lookup``'s ``wait`` is done by the client, polling.
 
@@ -38,12 +38,12 @@ from typing import Any
 
 import zmq
 
-from . import catalog_rpc as rpc
-from .catalog import Catalog, is_catalog_url
-from .catalog_liveness import HOST
-from .catalog_schema import SCHEMA_VERSION
-from .errors import CatalogError, NotAuthorized
-from .security import Security, _allow_list, apply_server, grant_matches
+from . import rpc
+from .api import Catalog, is_catalog_url
+from .liveness import HOST
+from .schema import SCHEMA_VERSION
+from ..errors import CatalogError, NotAuthorized
+from ..security import Security, _allow_list, apply_server, grant_matches
 
 __all__ = ["CatalogServer", "DEFAULT_BIND", "DEFAULT_PORT", "TOPIC_GRANTS", "READ_OPS"]
 
@@ -97,11 +97,11 @@ class CatalogServer:
         self.stats = {"requests": 0, "errors": 0}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._info = {"db": str(self.catalog.path), "host": HOST, "pid": os.getpid(),
+        self._info = {"db": self.catalog.where, "host": HOST, "pid": os.getpid(),
                       "schema": SCHEMA_VERSION, "version": _version()}
 
     def __repr__(self) -> str:
-        return f"CatalogServer({str(self.catalog.path)!r}, {self.endpoint!r})"
+        return f"CatalogServer({self.catalog.where!r}, {self.endpoint!r})"
 
     # ---- running
 
@@ -271,5 +271,5 @@ READ_OPS = frozenset({"topics", "lookup", "history_state", "history_states", "hi
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
     return __version__

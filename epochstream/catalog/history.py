@@ -4,8 +4,8 @@ durable subscriptions (their tables, records, and every read and write of them).
 :class:`HistoryCatalog` is a mixin of :class:`~epochstream.catalog.Catalog` (it uses the
 catalog's connections and write lock); the log files themselves are :mod:`epochstream.epochlog`.
 
-Tables (created by schema version 2, :mod:`epochstream.catalog_schema`); times and frontiers are
-JSON like ``partitions.upper`` (:func:`~epochstream.catalog_records.encode_upper`)::
+Tables (created by schema version 2, :mod:`epochstream.catalog.schema`); times and frontiers are
+JSON like ``partitions.upper`` (:func:`~epochstream.catalog.records.encode_upper`)::
 
     history_partitions  -- one row per partition that keeps a log
         topic, idx      -- the partition
@@ -44,12 +44,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .catalog_liveness import check_holder, holder_alive
-from .catalog_records import decode_upper, encode_upper
-from .errors import CatalogError, SubscriptionExpired, SubscriptionHeld, TopicNotFound
-from .frontier import Antichain
-from .order import by_name
-from .retention import SegmentStat
+from .liveness import check_holder, holder_alive
+from .records import decode_upper, encode_upper
+from ..errors import CatalogError, SubscriptionExpired, SubscriptionHeld, TopicNotFound
+from ..frontier import Antichain
+from ..order import by_name
+from ..retention import SegmentStat
 
 __all__ = ["HISTORY_DDL", "HistoryCatalog", "EpochRecord", "HistoryState", "DurableInfo",
            "encode_time", "decode_time", "position_available"]
@@ -222,27 +222,17 @@ class HistoryCatalog:
                             tuple(SegmentStat(*s) for s in segs), row[6])
 
     def history_state(self, topic: str, partition: int) -> HistoryState | None:
-        """The :class:`HistoryState` of ``partition`` of ``topic``, or ``None`` if it keeps no
-        log."""
         with self._connect() as conn:
             return self._history_state(conn, topic, partition)
 
     def history_states(self, topic: str) -> dict[int, HistoryState]:
-        """``{partition: HistoryState}`` for every partition of ``topic`` that keeps a log."""
-        with self._connect() as conn:
-            conn.execute("BEGIN")
-            try:
-                idx = [r[0] for r in conn.execute(
-                    "SELECT idx FROM history_partitions WHERE topic = ? ORDER BY idx", (topic,))]
-                return {i: self._history_state(conn, topic, i) for i in idx}
-            finally:
-                conn.execute("COMMIT")
+        with self._snapshot() as conn:
+            idx = [r[0] for r in conn.execute(
+                "SELECT idx FROM history_partitions WHERE topic = ? ORDER BY idx", (topic,))]
+            return {i: self._history_state(conn, topic, i) for i in idx}
 
     def history_begin(self, topic: str, partition: int, directory: str, lower: Any,
                       upper: Any) -> HistoryState:
-        """Start the log of ``partition`` of ``topic`` in ``directory`` if it has none (since =
-        ``lower``, segment 0) and return its :class:`HistoryState`. An existing log is returned
-        unchanged; raises :class:`CatalogError` if it lives in another directory."""
         directory = os.path.abspath(directory)
         with self._write() as conn:
             state = self._history_state(conn, topic, partition)
@@ -265,10 +255,6 @@ class HistoryCatalog:
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
                        lower: Any, upper: Any, segment: int, committed: int,
                        roll_to: int | None = None, durable: bool = True) -> None:
-        """Index ``epochs`` (complete, written to ``segment``) and record the log's ``lower``
-        and ``upper`` frontiers and ``committed`` bytes of ``segment``, in one transaction.
-        ``roll_to``: the next segment's number, started now with ``since = lower``.
-        ``durable=False`` commits without an fsync of the catalog (``Retention.fsync="none"``)."""
         now = time.time()
         rows = [(topic, partition, encode_time(e.time), _t0(e.time), e.segment,
                  json.dumps(e.extents), e.nbytes, e.messages, e.crc, e.completed_at)
@@ -277,8 +263,12 @@ class HistoryCatalog:
         with self._hot_write("FULL" if durable else "NORMAL") as conn:
             if rows:
                 conn.executemany(
-                    "INSERT OR REPLACE INTO history_epochs (topic, idx, time, t0, seq, extents, "
-                    "nbytes, messages, crc, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO history_epochs (topic, idx, time, t0, seq, extents, nbytes, "
+                    "messages, crc, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (topic, idx, time) DO UPDATE SET t0 = excluded.t0, "
+                    "seq = excluded.seq, extents = excluded.extents, nbytes = excluded.nbytes, "
+                    "messages = excluded.messages, crc = excluded.crc, "
+                    "completed_at = excluded.completed_at",
                     rows)
             conn.execute(
                 "UPDATE history_segments SET nbytes = ?, epochs = epochs + ?, last_completed = "
@@ -286,8 +276,10 @@ class HistoryCatalog:
                 "WHERE topic = ? AND idx = ? AND seq = ?",
                 (committed, len(rows), len(rows), now, topic, partition, segment))
             if roll_to is not None:
-                conn.execute("INSERT OR REPLACE INTO history_segments (topic, idx, seq, since, "
-                             "created_at) VALUES (?, ?, ?, ?, ?)",
+                conn.execute("INSERT INTO history_segments (topic, idx, seq, since, created_at) "
+                             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (topic, idx, seq) DO UPDATE "
+                             "SET since = excluded.since, created_at = excluded.created_at, "
+                             "nbytes = 0, epochs = 0, last_completed = NULL",
                              (topic, partition, roll_to, low, now))
             cur = conn.execute(
                 "UPDATE history_partitions SET lower = ?, upper = ?, segment = ?, committed = ?, "
@@ -299,12 +291,6 @@ class HistoryCatalog:
                                    f"has its epoch log (the topic was dropped)")
 
     def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
-        """Forget the segments of ``partition`` numbered below ``keep_from`` (their epochs'
-        index rows too) and move the log's ``since`` to the ``since`` of segment ``keep_from``;
-        durable subscriptions of ``topic`` whose position is no longer retained are marked
-        expired, and consumer groups stopped, in the same transaction. Returns ``(since, names
-        of the newly expired)`` (groups as ``"group:<name>"``). The
-        caller deletes the files afterwards."""
         with self._write() as conn:
             row = conn.execute("SELECT since FROM history_segments WHERE topic = ? AND idx = ? "
                                "AND seq = ?", (topic, partition, keep_from)).fetchone()
@@ -344,9 +330,6 @@ class HistoryCatalog:
 
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
                        segment_from: int | None = None) -> list[EpochRecord]:
-        """The index entries of ``partition`` of ``topic`` (every complete retained epoch with
-        data), sorted by time's first component; ``min_t0`` keeps only times whose first
-        component (the time itself for a total order) is ``>= min_t0``."""
         sql = ("SELECT time, seq, extents, nbytes, messages, crc, completed_at FROM "
                "history_epochs WHERE topic = ? AND idx = ?")
         args: list = [topic, partition]
@@ -363,8 +346,6 @@ class HistoryCatalog:
                 for r in rows]
 
     def history_epoch(self, topic: str, partition: int, time: Any) -> EpochRecord | None:
-        """The index entry of epoch ``time`` of ``partition`` of ``topic`` (complete, retained,
-        with data in that partition), or ``None``. One primary-key lookup."""
         with self._connect() as conn:
             r = conn.execute("SELECT time, seq, extents, nbytes, messages, crc, completed_at "
                              "FROM history_epochs WHERE topic = ? AND idx = ? AND time = ?",
@@ -377,7 +358,6 @@ class HistoryCatalog:
     # ---- durable subscriptions
 
     def durables(self, topic: str | None = None) -> list[DurableInfo]:
-        """Every durable subscription (of ``topic``, if given), sorted by topic and name."""
         with self._connect() as conn:
             if topic is None:
                 rows = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables "
@@ -388,7 +368,6 @@ class HistoryCatalog:
         return [_durable(r) for r in rows]
 
     def durable(self, topic: str, name: str) -> DurableInfo | None:
-        """The durable subscription ``name`` of ``topic``, or ``None``."""
         with self._connect() as conn:
             row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
                                f"name = ?", (topic, name)).fetchone()
@@ -398,16 +377,6 @@ class HistoryCatalog:
                       takeover: bool = False, pid: int | None = None,
                       pid_start: float | None = None, host: str | None = None,
                       lease: float | None = None) -> DurableInfo:
-        """Hold the durable subscription ``name`` of ``topic`` for ``holder`` (a subscriber id),
-        creating it (position ``None``) on first use. Raises :class:`TopicNotFound`,
-        :class:`SubscriptionExpired` (it expired: reset it first), or :class:`SubscriptionHeld`
-        if another live holder has it and ``takeover`` is false (a holder whose process is gone
-        is replaced).
-
-        ``pid``/``pid_start``/``host``: the holder's process (default: this one); ``lease``:
-        seconds the hold lasts without a renewal (:meth:`durable_renew`, or an ack), or ``None``
-        (the default: the holder is alive while its process runs). The network catalog's
-        client passes its own process and a lease."""
         if not isinstance(name, str) or not name or len(name) > 200:
             raise CatalogError(f"a durable subscription name must be a non-empty str of at "
                                f"most 200 characters, got {name!r}")
@@ -449,7 +418,7 @@ class HistoryCatalog:
     @staticmethod
     def _retained_since(conn, topic: str) -> tuple:
         """The earliest position all of ``topic``'s logs retain: the join of their ``since``."""
-        from .frontier import join
+        from ..frontier import join
         row = conn.execute("SELECT order_name FROM topics WHERE name = ?", (topic,)).fetchone()
         order = by_name(row[0])
         out: tuple = (order.minimum,)
@@ -460,10 +429,6 @@ class HistoryCatalog:
 
     def durable_ack(self, topic: str, name: str, holder: str, position: Any,
                     acked: Any = ()) -> bool:
-        """Store ``position`` (a frontier) and ``acked`` (times at or beyond it acked out of
-        order) as the acked state of ``name`` if ``holder`` still holds it and it is active;
-        returns whether it did (``False``: taken over, expired, reset or dropped — the fencing
-        check). An ack renews the holder's lease, if it has one."""
         text = encode_upper(position)
         now = time.time()
         with self._hot_write("FULL") as conn:  # an ack: the consumer's hot path
@@ -474,23 +439,17 @@ class HistoryCatalog:
             return cur.rowcount > 0
 
     def durable_release(self, topic: str, name: str, holder: str) -> None:
-        """Let go of ``name`` if ``holder`` holds it (a closing subscriber)."""
         with self._write() as conn:
             conn.execute("UPDATE durables SET holder = NULL, holder_pid = NULL, holder_lease = "
                          "NULL WHERE topic = ? AND name = ? AND holder = ?", (topic, name, holder))
 
     def durable_renew(self, topic: str, name: str, holder: str) -> bool:
-        """Renew ``holder``'s lease on ``name`` (stamp ``holder_seen = time.time()``); returns
-        whether ``holder`` still holds it (``False``: taken over, reset, released or dropped)."""
         with self._write("NORMAL") as conn:
             cur = conn.execute("UPDATE durables SET holder_seen = ? WHERE topic = ? AND name = ? "
                                "AND holder = ?", (time.time(), topic, name, holder))
             return cur.rowcount > 0
 
     def durable_reset(self, topic: str, name: str, position: Any | None) -> DurableInfo:
-        """Re-arm ``name`` at ``position`` (a frontier, or ``None``: resolved by the next
-        subscriber's ``start``), active and free (like Materialize's ``RESET``). Raises
-        :class:`CatalogError` if there is no such durable subscription."""
         text = None if position is None else encode_upper(position)
         with self._write() as conn:
             cur = conn.execute(
@@ -504,7 +463,6 @@ class HistoryCatalog:
             return _durable(row)
 
     def durable_drop(self, topic: str, name: str) -> bool:
-        """Delete ``name``; returns whether it existed."""
         with self._write() as conn:
             cur = conn.execute("DELETE FROM durables WHERE topic = ? AND name = ?", (topic, name))
             return cur.rowcount > 0

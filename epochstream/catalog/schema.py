@@ -57,9 +57,9 @@ has registered yet has no row)::
     PRIMARY KEY (principal, pattern, op)
 
 ``history_partitions``, ``history_segments``, ``history_epochs`` (the index of each partition's
-epoch log) and ``durables`` (durable subscriptions): see :mod:`epochstream.catalog_history`,
+epoch log) and ``durables`` (durable subscriptions): see :mod:`epochstream.catalog.history`,
 which owns their DDL and every read and write of them; ``groups`` and ``group_epochs``
-(consumer groups): :mod:`epochstream.catalog_groups`. Version 4 adds the lease columns
+(consumer groups): :mod:`epochstream.catalog.groups`. Version 4 adds the lease columns
 (:data:`LEASE_COLUMNS`): ``partitions.lease`` and ``durables.holder_lease`` (seconds) and
 ``durables.holder_seen`` (``time.time()`` of the holder's last renewal), all ``NULL`` for rows
 written by the embedded catalog. Version 5 adds ``partitions.server_key`` and the ``grants``
@@ -67,7 +67,7 @@ table (:data:`SECURITY_COLUMNS`, :data:`GRANTS_DDL`); a version-4 file gains bot
 every row (``server_key`` ``NULL``: plain TCP).
 
 The stored state is only ever one of :data:`STATES`; readers also report ``"dead"``
-(:mod:`epochstream.catalog_liveness`).
+(:mod:`epochstream.catalog.liveness`).
 
 Concurrency at creation: the file runs in WAL mode (:func:`enable_wal`), and the schema is
 created or migrated inside one ``BEGIN IMMEDIATE`` transaction (:func:`ensure_schema`). Switching
@@ -83,9 +83,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .catalog_groups import GROUPS_DDL
-from .catalog_history import HISTORY_DDL
-from .errors import CatalogError
+from .groups import GROUPS_DDL
+from .history import HISTORY_DDL
+from ..errors import CatalogError
 
 __all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "SECURITY_COLUMNS", "GRANTS_DDL", "STATES",
            "ensure_schema", "enable_wal", "check_version",
@@ -265,3 +265,55 @@ def _create_or_migrate(conn: sqlite3.Connection) -> None:
         if column not in have:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+POSTGRES_VERSION_DDL = """
+CREATE TABLE IF NOT EXISTS epochstream_schema (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    version     INTEGER NOT NULL
+)
+"""
+"""PostgreSQL has no ``user_version``: the schema version is the one row of this table."""
+
+
+def postgres_version(conn) -> int:
+    """The schema version of the PostgreSQL catalog behind ``conn`` (a psycopg connection):
+    ``0`` if it has no epochstream tables yet."""
+    row = conn.execute("SELECT to_regclass('epochstream_schema') IS NOT NULL").fetchone()
+    if not row[0]:
+        return 0
+    row = conn.execute("SELECT version FROM epochstream_schema WHERE id = 1").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def ensure_postgres_schema(conn, where: str) -> int:
+    """Create the tables of a new PostgreSQL catalog (or migrate an older one) to
+    :data:`SCHEMA_VERSION` in one transaction holding the catalog's write lock, so of several
+    processes doing this at once only the first one changes anything; ``conn`` is an
+    autocommit psycopg connection, ``where`` names the catalog in messages. Returns the version
+    found before (0: a new catalog). The same DDL as SQLite's, with the column types of
+    :func:`~epochstream.catalog.store.postgres_ddl`. Raises :class:`CatalogError` for a newer
+    catalog (:func:`check_version`)."""
+    from .store import WRITE_LOCK_KEY, postgres_ddl
+
+    found = postgres_version(conn)
+    check_version(found, where)
+    if found == SCHEMA_VERSION:
+        return found
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
+        found = postgres_version(conn)
+        check_version(found, where)
+        if found == SCHEMA_VERSION:
+            return found
+        conn.execute(postgres_ddl(POSTGRES_VERSION_DDL))
+        for ddl in (_TOPICS_DDL, _PARTITIONS_DDL.format(name="partitions"),
+                    *HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL):
+            conn.execute(postgres_ddl(ddl))
+        for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS):
+            conn.execute(postgres_ddl(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "
+                                      f"{column} {kind}"))
+        conn.execute("INSERT INTO epochstream_schema (id, version) VALUES (1, %s) "
+                     "ON CONFLICT (id) DO UPDATE SET version = excluded.version",
+                     (SCHEMA_VERSION,))
+    return found

@@ -6,9 +6,9 @@ A partition's ``upper`` frontier is stored as JSON text (:func:`encode_upper`,
 back as a tuple of times, product times as tuples. A row is read with the columns
 :data:`ROW_COLUMNS`, in that order, and :func:`partition_from_row` turns it into a
 :class:`PartitionInfo`, reporting a stored ``live`` state whose process is gone as ``"dead"``
-(judged now, by :func:`~epochstream.catalog_liveness.pid_alive`), or, for a row registered with
+(judged now, by :func:`~epochstream.catalog.liveness.pid_alive`), or, for a row registered with
 a lease (through the network catalog), whose lease expired
-(:func:`~epochstream.catalog_liveness.lease_alive`).
+(:func:`~epochstream.catalog.liveness.lease_alive`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from .catalog_liveness import holder_alive
-from .errors import CatalogError
-from .order import by_name
+from .liveness import holder_alive
+from ..errors import CatalogError
+from ..order import by_name
 
 __all__ = ["PartitionInfo", "TopicInfo", "ROW_COLUMNS", "partition_from_row", "encode_upper",
            "decode_upper"]
@@ -75,7 +75,7 @@ class PartitionInfo:
       seconds;
     - ``host``, ``pid_start``: where and when the publisher process started (liveness checks);
     - ``lease``: seconds, or ``None``. A partition registered through the network catalog
-      (:mod:`epochstream.catalog_client`) holds a lease renewed by its publisher's heartbeats
+      (:mod:`epochstream.catalog.client`) holds a lease renewed by its publisher's heartbeats
       (each renewal stamps ``updated_at``): it is ``"dead"`` once ``updated_at + lease`` has
       passed, and its pid is not checked. ``None``: liveness is the pid check;
     - ``server_key``: the publisher's CURVE public key (Z85 text) when it serves with

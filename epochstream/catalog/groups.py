@@ -26,11 +26,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .catalog_history import decode_time, encode_time
-from .catalog_liveness import check_holder, pid_alive
-from .catalog_records import decode_upper, encode_upper
-from .errors import CatalogError, GroupStopped, LeaseExpired, TopicNotFound
-from .leases import EpochState, Plan
+from .history import decode_time, encode_time
+from .liveness import check_holder, pid_alive
+from .records import decode_upper, encode_upper
+from ..errors import CatalogError, GroupStopped, LeaseExpired, TopicNotFound
+from ..leases import EpochState, Plan
 
 __all__ = ["GROUPS_DDL", "GroupCatalog", "GroupInfo", "Claimed", "ClaimView", "GroupEpoch"]
 
@@ -166,8 +166,6 @@ class GroupCatalog:
 
     def group_open(self, topic: str, name: str, *, mode: str, ack_wait: float,
                    max_deliver: int, dead_letter: str | None) -> GroupInfo:
-        """Create the group ``name`` of ``topic`` or check that the existing one has the same
-        definition (:class:`CatalogError` naming both otherwise); return its :class:`GroupInfo`."""
         wanted = (mode, float(ack_wait), int(max_deliver), dead_letter)
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM topics WHERE name = ?", (topic,)).fetchone() is None:
@@ -204,12 +202,10 @@ class GroupCatalog:
                          tuple(by_state["dead"]))
 
     def group_info(self, topic: str, name: str) -> GroupInfo:
-        """The :class:`GroupInfo` of group ``name`` (:class:`CatalogError` if there is none)."""
         with self._connect() as conn:
             return self._group_info(conn, topic, name)
 
     def groups(self, topic: str | None = None) -> list[GroupInfo]:
-        """Every consumer group (of ``topic``, if given), sorted by topic and name."""
         with self._connect() as conn:
             rows = conn.execute("SELECT topic, name FROM groups" + (
                 " WHERE topic = ?" if topic is not None else "") + " ORDER BY topic, name",
@@ -217,7 +213,6 @@ class GroupCatalog:
             return [self._group_info(conn, t, n) for t, n in rows]
 
     def group_drop(self, topic: str, name: str) -> bool:
-        """Delete group ``name`` and its state; returns whether it existed."""
         with self._write() as conn:
             conn.execute("DELETE FROM group_epochs WHERE topic = ? AND name = ?", (topic, name))
             cur = conn.execute("DELETE FROM groups WHERE topic = ? AND name = ?", (topic, name))
@@ -235,9 +230,6 @@ class GroupCatalog:
         return out
 
     def group_epochs(self, topic: str, name: str) -> list[GroupEpoch]:
-        """Every unit stored for group ``name`` of ``topic`` (those at or beyond its position:
-        settled units behind it are forgotten), as :class:`GroupEpoch` rows in no particular
-        order; ``[]`` for an unknown group. Read-only."""
         out = []
         with self._connect() as conn:
             rows = conn.execute(
@@ -266,16 +258,6 @@ class GroupCatalog:
 
     def group_claim(self, topic: str, name: str, worker: str, decide: Callable[[dict, float], Any],
                     ) -> tuple[list[Claimed], list[Claimed], tuple | None]:
-        """In one transaction: read the group's epoch states, call ``decide(states, now,
-        stored_position)`` (the position stored now: epochs not at or beyond it are settled and
-        their rows may be forgotten, so the decision must ignore them) →
-        ``(plan, position)`` (a :class:`~epochstream.leases.Plan` and the new position or
-        ``None``), lease ``plan.lease`` to ``worker`` (new fencing tokens, deadline now +
-        ack_wait, deliveries + 1) and lease ``plan.exhausted`` to it too, for dead-lettering
-        (deliveries unchanged; settle them with ``outcome="dead"`` once they are in the
-        dead-letter topic, or they are offered again when the lease ends). Returns ``(claimed,
-        exhausted, position)``. Acked or dead rows not at or beyond the new
-        position are forgotten. Raises :class:`GroupStopped` if the group stopped."""
         pid, pid_start, host, _ = check_holder(None, None, None, None)
         with self._hot_write("FULL") as conn:
             ack_wait, token, stored = self._claim_start(conn, topic, name)
@@ -289,18 +271,11 @@ class GroupCatalog:
             return claimed, exhausted, position
 
     def group_claim_read(self, topic: str, name: str) -> ClaimView:
-        """The first half of a :meth:`group_claim` decided by the caller (the network catalog's
-        client, whose ``decide`` cannot cross the network): the group's epoch states, the
-        time and the stored position, with their fingerprint. Raises as :meth:`group_claim`."""
-        with self._connect() as conn:
-            conn.execute("BEGIN")
-            try:
-                self._claim_start(conn, topic, name)
-                stored = conn.execute("SELECT position FROM groups WHERE topic = ? AND name = ?",
-                                      (topic, name)).fetchone()[0]
-                states = self._states(conn, topic, name)
-            finally:
-                conn.execute("COMMIT")
+        with self._snapshot() as conn:
+            self._claim_start(conn, topic, name)
+            stored = conn.execute("SELECT position FROM groups WHERE topic = ? AND name = ?",
+                                  (topic, name)).fetchone()[0]
+            states = self._states(conn, topic, name)
         return ClaimView(tuple(states.items()), time.time(),
                          None if stored is None else decode_upper(stored),
                          _fingerprint(states, stored))
@@ -309,13 +284,6 @@ class GroupCatalog:
                           position: Any, fingerprint: str, *, pid: int | None = None,
                           pid_start: float | None = None, host: str | None = None
                           ) -> tuple[list[Claimed], list[Claimed], tuple | None] | None:
-        """The second half: in one transaction, if the group's states and stored position still
-        have ``fingerprint`` (:meth:`group_claim_read`), lease the units ``lease`` and
-        ``exhausted`` (as a :class:`~epochstream.leases.Plan`) to ``worker`` (process ``pid``,
-        ``pid_start``, ``host``; default this one) and store ``position`` (or ``None``), exactly
-        as :meth:`group_claim` does, and return its result; if anything changed in between,
-        change nothing and return ``None`` (read and decide again). Raises as
-        :meth:`group_claim`, and :class:`CatalogError` for malformed units."""
         holder = check_holder(pid, pid_start, host, None)[:3]
         try:
             the_plan = Plan(tuple((_unit_time(u[0]), int(u[1])) for u in lease),
@@ -354,10 +322,15 @@ class GroupCatalog:
             if fresh:
                 history.append([worker, now])
             conn.execute(
-                "INSERT OR REPLACE INTO group_epochs (topic, name, time, bucket, state, "
-                "deliveries, token, worker, worker_pid, worker_pid_start, worker_host, "
-                "deadline, not_before, history) VALUES (?, ?, ?, ?, 'leased', ?, ?, ?, ?, ?, "
-                "?, ?, 0, ?)",
+                "INSERT INTO group_epochs (topic, name, time, bucket, state, deliveries, token, "
+                "worker, worker_pid, worker_pid_start, worker_host, deadline, not_before, "
+                "history) VALUES (?, ?, ?, ?, 'leased', ?, ?, ?, ?, ?, ?, ?, 0, ?) "
+                "ON CONFLICT (topic, name, time, bucket) DO UPDATE SET state = excluded.state, "
+                "deliveries = excluded.deliveries, token = excluded.token, "
+                "worker = excluded.worker, worker_pid = excluded.worker_pid, "
+                "worker_pid_start = excluded.worker_pid_start, "
+                "worker_host = excluded.worker_host, deadline = excluded.deadline, "
+                "not_before = excluded.not_before, history = excluded.history",
                 (topic, name, key, bucket, deliveries, token, worker, pid, pid_start,
                  host, now + ack_wait, json.dumps(history)))
             (claimed if fresh else exhausted).append(Claimed(
@@ -370,8 +343,8 @@ class GroupCatalog:
         return claimed, exhausted
 
     def _set_position(self, conn, topic: str, name: str, position, states: dict) -> None:
-        from .frontier import Antichain
-        from .order import by_name
+        from ..frontier import Antichain
+        from ..order import by_name
         order = by_name(conn.execute("SELECT order_name FROM topics WHERE name = ?",
                                      (topic,)).fetchone()[0])
         pos = Antichain(order, position)
@@ -386,11 +359,6 @@ class GroupCatalog:
 
     def group_settle(self, topic: str, name: str, unit: tuple, token: int, *, outcome: str,
                      delay: float = 0.0) -> float:
-        """Settle the lease ``token`` of ``unit`` ``(time, bucket)``: ``outcome`` ``"ack"`` (acked),
-        ``"dead"`` (dead-lettered), ``"nak"`` (free again after ``delay`` seconds) or
-        ``"extend"`` (deadline moved to now + ack_wait; returns the new deadline). Raises
-        :class:`LeaseExpired` if the lease is no longer held by that token or its deadline
-        passed (fencing: an epoch is never completed twice)."""
         t, bucket = unit
         key = encode_time(t)
         where = "topic = ? AND name = ? AND time = ? AND bucket = ?"
@@ -423,13 +391,11 @@ class GroupCatalog:
             return now
 
     def group_stop(self, topic: str, name: str, reason: str) -> None:
-        """Stop the group (every later fetch raises :class:`GroupStopped`)."""
         with self._write() as conn:
             conn.execute("UPDATE groups SET state = 'stopped', reason = ? WHERE topic = ? AND "
                          "name = ?", (reason, topic, name))
 
     def group_reset(self, topic: str, name: str) -> None:
-        """Re-activate a stopped group (its exhausted epochs are leased again)."""
         with self._write() as conn:
             conn.execute("UPDATE groups SET state = 'active', reason = NULL WHERE topic = ? AND "
                          "name = ?", (topic, name))

@@ -7,13 +7,13 @@ machine). Readers judge liveness *now*, from those three, with :func:`pid_alive`
 is gone, a zombie, or a pid reused by a process that started at another time is dead. Processes
 on another host cannot be checked and are assumed alive.
 
-A row registered through the network catalog (:mod:`epochstream.catalog_client`) carries a
+A row registered through the network catalog (:mod:`epochstream.catalog.client`) carries a
 **lease** instead: ``lease`` seconds, renewed by its holder's heartbeats (``updated_at``, stamped
 by the catalog server's clock). Such a row is alive while ``updated_at + lease >= now``
 (:func:`lease_alive`), wherever its process runs; its pid is not checked. :func:`holder_alive`
 chooses between the two rules.
 
-Used by :mod:`epochstream.catalog_records` (a ``live`` row whose process is dead is reported as
+Used by :mod:`epochstream.catalog.records` (a ``live`` row whose process is dead is reported as
 ``"dead"``) and :mod:`epochstream.catalog` (the values stamped at registration).
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from .errors import CatalogError
+from ..errors import CatalogError
 
 __all__ = ["HOST", "pid_alive", "process_start", "lease_alive", "holder_alive", "check_holder"]
 

@@ -1,7 +1,7 @@
 """The network catalog's client: :class:`RemoteCatalog`, what ``Catalog("tcp://host:port")``
 returns — the same methods as the embedded :class:`~epochstream.catalog.Catalog`, each one
-request to ``epochstream catalog serve`` (:mod:`epochstream.catalog_server`), which runs it on
-the SQLite file it owns. Messages: :mod:`epochstream.catalog_rpc`.
+request to ``epochstream catalog serve`` (:mod:`epochstream.catalog.server`), which runs it on
+the SQLite file it owns. Messages: :mod:`epochstream.catalog.rpc`.
 
 URL: ``tcp://HOST:PORT``, optionally with ``?timeout=SECONDS&lease=SECONDS`` and, for a service
 started with ``--key``, ``client_key=KEY&server_key=KEY`` (so that a URL in
@@ -17,7 +17,7 @@ file's path or a name in ``$EPOCHSTREAM_KEYS``, never the key itself: the client
   asks the server to describe itself (``hello``), so an unreachable catalog is reported by
   ``Catalog(url)`` itself.
 - **Errors** raised by the embedded catalog on the server are raised here with the same type,
-  message and attributes (:func:`~epochstream.catalog_rpc.raise_error`).
+  message and attributes (:func:`~epochstream.catalog.rpc.raise_error`).
 - **Leases.** Liveness of a process on another machine cannot be checked from its pid, so a
   partition registered through this client (:meth:`RemoteCatalog.register_partition`) and a
   durable subscription claimed through it (:meth:`RemoteCatalog.durable_claim`) carry a lease of
@@ -57,16 +57,20 @@ from urllib.parse import parse_qsl, urlencode
 
 import zmq
 
-from . import catalog_rpc as rpc
-from .catalog import ENV_VAR, POLL_INTERVAL_S, Catalog, _topic_definition, is_catalog_url
-from .catalog_groups import Claimed
-from .catalog_liveness import HOST, process_start
-from .catalog_records import TopicInfo
-from .catalog_schema import STATES
-from .errors import CatalogError, CatalogUnavailable, TopicNotFound
+from ..errors import CatalogError, CatalogUnavailable, TopicNotFound
+from ..security import Grant
+from . import rpc
+from .api import (ENV_VAR, POLL_INTERVAL_S, Catalog, CatalogURL, implementation, is_catalog_url,
+                  local_home)
+from .groups import Claimed, ClaimView, GroupEpoch, GroupInfo
+from .history import DurableInfo, EpochRecord, HistoryState
+from .liveness import HOST, process_start
+from .records import TopicInfo
+from .schema import STATES
+from .sqlcatalog import topic_definition
 
 __all__ = ["RemoteCatalog", "CatalogURL", "parse_url", "local_home", "DEFAULT_TIMEOUT",
-           "DEFAULT_LEASE", "HOME_VAR", "CLAIM_ATTEMPTS"]
+           "DEFAULT_LEASE", "CLAIM_ATTEMPTS"]
 
 log = logging.getLogger("epochstream.catalog")
 
@@ -75,9 +79,6 @@ DEFAULT_TIMEOUT = 5.0
 DEFAULT_LEASE = 10.0
 """Seconds a partition (or durable subscription) registered through the network catalog stays
 alive without a renewal; renewed every third of it."""
-HOME_VAR = "EPOCHSTREAM_HOME"
-"""Environment variable naming the local directory of a remote catalog's client (default
-``~/.epochstream``)."""
 CLAIM_ATTEMPTS = 100
 """Reads-and-decides a :meth:`RemoteCatalog.group_claim` tries before giving up (each failure
 means another worker changed the group meanwhile)."""
@@ -91,11 +92,6 @@ daemon thread per process (:func:`_reap_loop`), and a request after a pause open
 
 _URL = re.compile(r"^tcp://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(?P<port>[0-9]{1,5})"
                   r"/?(?:\?(?P<query>.*))?$", re.IGNORECASE)
-
-
-def local_home() -> Path:
-    """``$EPOCHSTREAM_HOME``, else ``~/.epochstream`` (absolute)."""
-    return Path(os.environ.get(HOME_VAR) or "~/.epochstream").expanduser().absolute()
 
 
 def parse_url(url: str) -> tuple[str, int, dict[str, Any]]:
@@ -126,7 +122,7 @@ def parse_url(url: str) -> tuple[str, int, dict[str, Any]]:
 
 def _url_security(url: str, params: dict) -> Any:
     """The CURVE client of a URL's ``client_key``/``server_key`` (both needed)."""
-    from .security import Security
+    from ..security import Security
 
     if "client_key" not in params or "server_key" not in params:
         raise CatalogError(f"catalog URL {url!r}: give client_key and server_key together")
@@ -143,22 +139,7 @@ def _seconds(what: str, value: Any) -> float:
     return float(value)
 
 
-class CatalogURL(str):
-    """A network catalog's URL as :attr:`RemoteCatalog.path` (``str(path)`` is the URL, for
-    messages and for passing the catalog on, e.g. to Spark executors); ``parent`` is the local
-    directory standing for the catalog's directory, ``$EPOCHSTREAM_HOME/<host>_<port>``
-    (:func:`local_home`): the default home of epoch logs (``Retention(dir=None)``)."""
-
-    @property
-    def parent(self) -> Path:
-        host, port, _ = parse_url(str(self))
-        return local_home() / f"{host.strip('[]').replace(':', '_')}_{port}"
-
-    @property
-    def name(self) -> str:
-        return str(self)
-
-
+@implementation("tcp")
 class RemoteCatalog(Catalog):
     """The network catalog at ``url`` (``"tcp://host:port"``; ``None``: ``$EPOCHSTREAM_CATALOG``)
     with the methods of :class:`~epochstream.catalog.Catalog` (module docstring).
@@ -236,7 +217,7 @@ class RemoteCatalog(Catalog):
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         if self.security is not None:
-            from .security import apply_client
+            from ..security import apply_client
             apply_client(sock, self.security)
         sock.connect(self.url)
         return sock
@@ -392,7 +373,7 @@ class RemoteCatalog(Catalog):
     def create_topic(self, topic: str, *, order: Any = "total", codec: str = "msgpack",
                      partitions: int = 1, schema: str | None = None,
                      partition_key: str | None = None) -> TopicInfo:
-        order_name, codec, partitions, schema, partition_key = _topic_definition(
+        order_name, codec, partitions, schema, partition_key = topic_definition(
             topic, order, codec, partitions, schema, partition_key)
         extra = {} if partition_key is None else {"partition_key": partition_key}
         return self._call("create_topic", topic, order=order_name, codec=codec,
@@ -481,49 +462,91 @@ class RemoteCatalog(Catalog):
                op: str | None = None) -> int:
         return self._call("revoke", principal, topic_pattern, op)
 
-    # ---- no SQLite here
+    # ---- the methods that forward: one request each (rpc.OPS)
 
-    def _no_file(self, *args: Any, **kwargs: Any) -> Any:
-        raise CatalogError(f"{self!r} has no SQLite file here: it is served by "
-                           f"{self.url} (use the catalog's public methods)")
+    def drop_topic(self, topic: str) -> None:
+        return self._call("drop_topic", topic)
 
-    _connect = _write = _hot_write = _hot = _no_file
+    def topics(self) -> list[TopicInfo]:
+        return self._call("topics")
 
-    def _drop_hot(self) -> None:
-        return None
+    def record_upper(self, topic: str, partition: int, incarnation: str, upper: Any) -> bool:
+        return self._call("record_upper", topic, partition, incarnation, upper)
 
+    def heartbeat(self, topic: str, partition: int, incarnation: str) -> bool:
+        return self._call("heartbeat", topic, partition, incarnation)
 
-def _forward(name: str) -> Callable[..., Any]:
-    def method(self: RemoteCatalog, *args: Any, **kwargs: Any) -> Any:
-        return self._call(name, *args, **kwargs)
-    base = getattr(Catalog, name, None)
-    if base is not None:
-        functools.update_wrapper(method, base)
-    method.__name__ = method.__qualname__ = name
-    return method
+    def grants(self, topic: str | None = None, principal: str | None = None) -> list[Grant]:
+        return self._call("grants", topic, principal)
 
+    def history_state(self, topic: str, partition: int) -> HistoryState | None:
+        return self._call("history_state", topic, partition)
 
-def _refuse(name: str) -> Callable[..., Any]:
-    def method(self: RemoteCatalog, *args: Any, **kwargs: Any) -> Any:
-        raise CatalogError(f"Catalog.{name} is not available through the network catalog "
-                           f"({self.url}): add it to epochstream.catalog_rpc.OPS")
-    method.__name__ = method.__qualname__ = name
-    return method
+    def history_states(self, topic: str) -> dict[int, HistoryState]:
+        return self._call("history_states", topic)
 
+    def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
+                       lower: Any, upper: Any, segment: int, committed: int,
+                       roll_to: int | None = None, durable: bool = True) -> None:
+        return self._call("history_commit", topic, partition, epochs=epochs, lower=lower, upper=upper, segment=segment, committed=committed, roll_to=roll_to, durable=durable)
 
-for _name in sorted(rpc.OPS - {"hello"}):
-    if _name not in RemoteCatalog.__dict__ and hasattr(Catalog, _name):
-        setattr(RemoteCatalog, _name, _forward(_name))
-for _name, _value in list(RemoteCatalog.__dict__.items()):  # overrides: the embedded docs
-    if callable(_value) and not _name.startswith("_") and _value.__doc__ is None \
-            and getattr(Catalog, _name, None) is not None:
-        _value.__doc__ = (f"{getattr(Catalog, _name).__doc__ or ''}\n\n"
-                          f"(Through the network catalog: see :mod:`epochstream.catalog_client`.)")
-for _name in dir(Catalog):  # a public method added to Catalog but not to OPS: refused, loudly
-    if not _name.startswith("_") and callable(getattr(Catalog, _name)) \
-            and _name not in RemoteCatalog.__dict__:
-        setattr(RemoteCatalog, _name, _refuse(_name))
-del _name, _value
+    def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
+        return self._call("history_trim", topic, partition, keep_from)
+
+    def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
+                       segment_from: int | None = None) -> list[EpochRecord]:
+        return self._call("history_epochs", topic, partition, min_t0=min_t0, segment_from=segment_from)
+
+    def history_epoch(self, topic: str, partition: int, time: Any) -> EpochRecord | None:
+        return self._call("history_epoch", topic, partition, time)
+
+    def durables(self, topic: str | None = None) -> list[DurableInfo]:
+        return self._call("durables", topic)
+
+    def durable(self, topic: str, name: str) -> DurableInfo | None:
+        return self._call("durable", topic, name)
+
+    def durable_ack(self, topic: str, name: str, holder: str, position: Any,
+                    acked: Any = ()) -> bool:
+        return self._call("durable_ack", topic, name, holder, position, acked)
+
+    def durable_renew(self, topic: str, name: str, holder: str) -> bool:
+        return self._call("durable_renew", topic, name, holder)
+
+    def durable_reset(self, topic: str, name: str, position: Any | None) -> DurableInfo:
+        return self._call("durable_reset", topic, name, position)
+
+    def durable_drop(self, topic: str, name: str) -> bool:
+        return self._call("durable_drop", topic, name)
+
+    def group_open(self, topic: str, name: str, *, mode: str, ack_wait: float,
+                   max_deliver: int, dead_letter: str | None) -> GroupInfo:
+        return self._call("group_open", topic, name, mode=mode, ack_wait=ack_wait, max_deliver=max_deliver, dead_letter=dead_letter)
+
+    def group_info(self, topic: str, name: str) -> GroupInfo:
+        return self._call("group_info", topic, name)
+
+    def groups(self, topic: str | None = None) -> list[GroupInfo]:
+        return self._call("groups", topic)
+
+    def group_drop(self, topic: str, name: str) -> bool:
+        return self._call("group_drop", topic, name)
+
+    def group_epochs(self, topic: str, name: str) -> list[GroupEpoch]:
+        return self._call("group_epochs", topic, name)
+
+    def group_claim_read(self, topic: str, name: str) -> ClaimView:
+        return self._call("group_claim_read", topic, name)
+
+    def group_settle(self, topic: str, name: str, unit: tuple, token: int, *, outcome: str,
+                     delay: float = 0.0) -> float:
+        return self._call("group_settle", topic, name, unit, token, outcome=outcome, delay=delay)
+
+    def group_stop(self, topic: str, name: str, reason: str) -> None:
+        return self._call("group_stop", topic, name, reason)
+
+    def group_reset(self, topic: str, name: str) -> None:
+        return self._call("group_reset", topic, name)
 
 
 _reaper_lock = threading.Lock()

@@ -1,7 +1,7 @@
 """The network catalog's messages: which catalog methods cross the network (:data:`OPS`), how
 their arguments, results and exceptions are encoded (msgpack, no pickle), and the limits a
-request must keep. Shared by the client (:mod:`epochstream.catalog_client`) and the server
-(:mod:`epochstream.catalog_server`); no I/O here.
+request must keep. Shared by the client (:mod:`epochstream.catalog.client`) and the server
+(:mod:`epochstream.catalog.server`); no I/O here.
 
 Frames (ZeroMQ multipart). A client's DEALER sends ``[request id, body]``; the server's ROUTER
 sees ``[identity, request id, body]`` and answers ``[identity, request id, reply]``: every frame
@@ -38,14 +38,14 @@ from typing import Any
 
 import msgpack
 
-from . import errors
-from .catalog_groups import Claimed, ClaimView, GroupEpoch, GroupInfo
-from .catalog_history import DurableInfo, EpochRecord, HistoryState
-from .catalog_records import PartitionInfo, TopicInfo
-from .errors import CatalogError
-from .leases import EpochState
-from .retention import SegmentStat
-from .security import Grant
+from .. import errors
+from .groups import Claimed, ClaimView, GroupEpoch, GroupInfo
+from .history import DurableInfo, EpochRecord, HistoryState
+from .records import PartitionInfo, TopicInfo
+from ..errors import CatalogError
+from ..leases import EpochState
+from ..retention import SegmentStat
+from ..security import Grant
 
 __all__ = ["OPS", "RECORD_TYPES", "BUILTIN_ERRORS", "EXT_TUPLE", "EXT_RECORD", "MAX_ARGS",
            "MAX_ENVELOPE_FRAMES", "MAX_ENVELOPE_BYTES", "MAX_REQUEST_BYTES", "encode",

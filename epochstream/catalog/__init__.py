@@ -1,0 +1,38 @@
+"""The topic catalog: where publishers announce their partitions and subscribers find them, and
+the index of durable history, durable subscriptions, consumer groups and grants.
+
+``Catalog(location)`` opens a catalog and returns the implementation for ``location``: a SQLite
+file (the default, embedded), a PostgreSQL database (``postgresql://...``) or the network
+catalog service (``tcp://host:port``). The package, top down:
+
+- :mod:`~epochstream.catalog.api` — the one interface, :class:`Catalog`, and locations;
+- :mod:`~epochstream.catalog.sqlcatalog` — :class:`SqlCatalog`, the catalog on SQL, with
+  :mod:`~epochstream.catalog.history` (the epoch log index, durable subscriptions) and
+  :mod:`~epochstream.catalog.groups` (consumer groups);
+- :mod:`~epochstream.catalog.store` — SQLite or PostgreSQL: connections, transactions, the
+  write lock; :mod:`~epochstream.catalog.schema` — the tables and their migrations;
+- :mod:`~epochstream.catalog.client`, :mod:`~epochstream.catalog.server`,
+  :mod:`~epochstream.catalog.rpc` — the network catalog (``epochstream catalog serve``);
+- :mod:`~epochstream.catalog.records`, :mod:`~epochstream.catalog.liveness` — what a reader
+  gets, and whether a holder is still alive.
+
+See docs/catalog.md.
+"""
+
+from ..security import Grant
+from .api import (DEFAULT_DIR, DEFAULT_FILE, ENV_VAR, POLL_INTERVAL_S, URL_SCHEME, Catalog,
+                  CatalogURL, default_catalog_path, is_catalog_url, location_kind)
+from .client import RemoteCatalog
+from .groups import GroupInfo
+from .history import DurableInfo, EpochRecord, HistoryState
+from .liveness import pid_alive
+from .records import PartitionInfo, TopicInfo
+from .schema import SCHEMA_VERSION, STATES
+from .sqlcatalog import SqlCatalog
+from .store import BUSY_TIMEOUT_S
+
+__all__ = ["Catalog", "SqlCatalog", "RemoteCatalog", "TopicInfo", "PartitionInfo",
+           "default_catalog_path", "pid_alive", "ENV_VAR", "DEFAULT_DIR", "DEFAULT_FILE",
+           "BUSY_TIMEOUT_S", "POLL_INTERVAL_S", "SCHEMA_VERSION", "STATES", "DurableInfo",
+           "EpochRecord", "HistoryState", "GroupInfo", "is_catalog_url", "location_kind",
+           "URL_SCHEME", "Grant", "CatalogURL"]
