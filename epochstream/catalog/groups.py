@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .history import decode_time, encode_time
+from .store import retried, retrying
 from .liveness import check_holder, pid_alive
 from .records import decode_upper, encode_upper
 from ..errors import CatalogError, GroupStopped, LeaseExpired, TopicNotFound
@@ -164,6 +165,7 @@ class GroupCatalog:
     path: no connect/close per fetch or ack), each in one ``BEGIN IMMEDIATE`` transaction.
     Raises :class:`~epochstream.errors.CatalogError` when the file cannot be read or written."""
 
+    @retried
     def group_open(self, topic: str, name: str, *, mode: str, ack_wait: float,
                    max_deliver: int, dead_letter: str | None) -> GroupInfo:
         wanted = (mode, float(ack_wait), int(max_deliver), dead_letter)
@@ -201,10 +203,12 @@ class GroupCatalog:
                          tuple(by_state["leased"]), tuple(by_state["acked"]),
                          tuple(by_state["dead"]))
 
+    @retried
     def group_info(self, topic: str, name: str) -> GroupInfo:
         with self._connect() as conn:
             return self._group_info(conn, topic, name)
 
+    @retried
     def groups(self, topic: str | None = None) -> list[GroupInfo]:
         with self._connect() as conn:
             rows = conn.execute("SELECT topic, name FROM groups" + (
@@ -212,6 +216,7 @@ class GroupCatalog:
                 (topic,) if topic is not None else ()).fetchall()
             return [self._group_info(conn, t, n) for t, n in rows]
 
+    @retried
     def group_drop(self, topic: str, name: str) -> bool:
         with self._write() as conn:
             conn.execute("DELETE FROM group_epochs WHERE topic = ? AND name = ?", (topic, name))
@@ -229,6 +234,7 @@ class GroupCatalog:
             out[(decode_time(t), b)] = EpochState(st, deliveries, deadline, not_before, alive)
         return out
 
+    @retried
     def group_epochs(self, topic: str, name: str) -> list[GroupEpoch]:
         out = []
         with self._connect() as conn:
@@ -256,6 +262,7 @@ class GroupCatalog:
             raise GroupStopped(f"consumer group {name!r} of topic {topic!r} stopped: {reason}")
         return ack_wait, token, stored
 
+    @retried
     def group_claim(self, topic: str, name: str, worker: str, decide: Callable[[dict, float], Any],
                     ) -> tuple[list[Claimed], list[Claimed], tuple | None]:
         pid, pid_start, host, _ = check_holder(None, None, None, None)
@@ -270,6 +277,7 @@ class GroupCatalog:
                                                    (pid, pid_start, host))
             return claimed, exhausted, position
 
+    @retried
     def group_claim_read(self, topic: str, name: str) -> ClaimView:
         with self._snapshot() as conn:
             self._claim_start(conn, topic, name)
@@ -280,6 +288,7 @@ class GroupCatalog:
                          None if stored is None else decode_upper(stored),
                          _fingerprint(states, stored))
 
+    @retried
     def group_claim_apply(self, topic: str, name: str, worker: str, lease: Any, exhausted: Any,
                           position: Any, fingerprint: str, *, pid: int | None = None,
                           pid_start: float | None = None, host: str | None = None
@@ -357,6 +366,7 @@ class GroupCatalog:
                 conn.execute("DELETE FROM group_epochs WHERE topic = ? AND name = ? AND "
                              "time = ? AND bucket = ?", (topic, name, encode_time(t), b))
 
+    @retried
     def group_settle(self, topic: str, name: str, unit: tuple, token: int, *, outcome: str,
                      delay: float = 0.0) -> float:
         t, bucket = unit
@@ -370,6 +380,9 @@ class GroupCatalog:
                 "JOIN groups g ON g.topic = e.topic AND g.name = e.name WHERE e.topic = ? AND "
                 "e.name = ? AND e.time = ? AND e.bucket = ?", args).fetchone()
             now = time.time()
+            settled = {"ack": "acked", "dead": "dead", "nak": "free"}.get(outcome)
+            if retrying() and row is not None and row[2] == token and row[1] == settled:
+                return now  # this settlement, retried after its commit's answer was lost
             if row is None or row[1] != "leased" or row[2] != token or row[3] < now:
                 why = ("the group forgot it (acked and compacted, or the group was dropped)"
                        if row is None else
@@ -390,11 +403,13 @@ class GroupCatalog:
                          (new_state, now + delay if outcome == "nak" else 0.0, *args))
             return now
 
+    @retried
     def group_stop(self, topic: str, name: str, reason: str) -> None:
         with self._write() as conn:
             conn.execute("UPDATE groups SET state = 'stopped', reason = ? WHERE topic = ? AND "
                          "name = ?", (reason, topic, name))
 
+    @retried
     def group_reset(self, topic: str, name: str) -> None:
         with self._write() as conn:
             conn.execute("UPDATE groups SET state = 'active', reason = NULL WHERE topic = ? AND "

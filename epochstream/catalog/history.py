@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from .store import retried
 from .liveness import check_holder, holder_alive
 from .records import decode_upper, encode_upper
 from ..errors import CatalogError, SubscriptionExpired, SubscriptionHeld, TopicNotFound
@@ -221,16 +222,19 @@ class HistoryCatalog:
                             decode_upper(row[3]), row[4], row[5],
                             tuple(SegmentStat(*s) for s in segs), row[6])
 
+    @retried
     def history_state(self, topic: str, partition: int) -> HistoryState | None:
         with self._connect() as conn:
             return self._history_state(conn, topic, partition)
 
+    @retried
     def history_states(self, topic: str) -> dict[int, HistoryState]:
         with self._snapshot() as conn:
             idx = [r[0] for r in conn.execute(
                 "SELECT idx FROM history_partitions WHERE topic = ? ORDER BY idx", (topic,))]
             return {i: self._history_state(conn, topic, i) for i in idx}
 
+    @retried
     def history_begin(self, topic: str, partition: int, directory: str, lower: Any,
                       upper: Any) -> HistoryState:
         directory = os.path.abspath(directory)
@@ -252,6 +256,7 @@ class HistoryCatalog:
                     f"not {directory}; use the same Retention(dir=...) (or drop the topic)")
             return state
 
+    @retried
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
                        lower: Any, upper: Any, segment: int, committed: int,
                        roll_to: int | None = None, durable: bool = True) -> None:
@@ -262,19 +267,19 @@ class HistoryCatalog:
         low = encode_upper(lower)
         with self._hot_write("FULL" if durable else "NORMAL") as conn:
             if rows:
-                conn.executemany(
+                # an epoch indexed already is this commit retried after its answer was lost
+                # (an epoch is logged once): it is neither written nor counted again
+                added = conn.executemany(
                     "INSERT INTO history_epochs (topic, idx, time, t0, seq, extents, nbytes, "
                     "messages, crc, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (topic, idx, time) DO UPDATE SET t0 = excluded.t0, "
-                    "seq = excluded.seq, extents = excluded.extents, nbytes = excluded.nbytes, "
-                    "messages = excluded.messages, crc = excluded.crc, "
-                    "completed_at = excluded.completed_at",
-                    rows)
+                    "ON CONFLICT (topic, idx, time) DO NOTHING", rows).rowcount
+            else:
+                added = 0
             conn.execute(
                 "UPDATE history_segments SET nbytes = ?, epochs = epochs + ?, last_completed = "
                 "CASE WHEN ? > 0 THEN ? ELSE last_completed END "
                 "WHERE topic = ? AND idx = ? AND seq = ?",
-                (committed, len(rows), len(rows), now, topic, partition, segment))
+                (committed, added, added, now, topic, partition, segment))
             if roll_to is not None:
                 conn.execute("INSERT INTO history_segments (topic, idx, seq, since, created_at) "
                              "VALUES (?, ?, ?, ?, ?) ON CONFLICT (topic, idx, seq) DO UPDATE "
@@ -290,6 +295,7 @@ class HistoryCatalog:
                 raise CatalogError(f"{topic!r} partition {partition}: the catalog no longer "
                                    f"has its epoch log (the topic was dropped)")
 
+    @retried
     def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
         with self._write() as conn:
             row = conn.execute("SELECT since FROM history_segments WHERE topic = ? AND idx = ? "
@@ -328,6 +334,7 @@ class HistoryCatalog:
                                      topic, name))
             return since, expired
 
+    @retried
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
                        segment_from: int | None = None) -> list[EpochRecord]:
         sql = ("SELECT time, seq, extents, nbytes, messages, crc, completed_at FROM "
@@ -345,6 +352,7 @@ class HistoryCatalog:
                             tuple(tuple(x) for x in json.loads(r[2])), r[3], r[4], r[5], r[6])
                 for r in rows]
 
+    @retried
     def history_epoch(self, topic: str, partition: int, time: Any) -> EpochRecord | None:
         with self._connect() as conn:
             r = conn.execute("SELECT time, seq, extents, nbytes, messages, crc, completed_at "
@@ -357,6 +365,7 @@ class HistoryCatalog:
 
     # ---- durable subscriptions
 
+    @retried
     def durables(self, topic: str | None = None) -> list[DurableInfo]:
         with self._connect() as conn:
             if topic is None:
@@ -367,12 +376,14 @@ class HistoryCatalog:
                                     f"ORDER BY name", (topic,)).fetchall()
         return [_durable(r) for r in rows]
 
+    @retried
     def durable(self, topic: str, name: str) -> DurableInfo | None:
         with self._connect() as conn:
             row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
                                f"name = ?", (topic, name)).fetchone()
         return None if row is None else _durable(row)
 
+    @retried
     def durable_claim(self, topic: str, name: str, holder: str, *,
                       takeover: bool = False, pid: int | None = None,
                       pid_start: float | None = None, host: str | None = None,
@@ -427,6 +438,7 @@ class HistoryCatalog:
             out = join(order, out, decode_upper(since))
         return out
 
+    @retried
     def durable_ack(self, topic: str, name: str, holder: str, position: Any,
                     acked: Any = ()) -> bool:
         text = encode_upper(position)
@@ -438,17 +450,20 @@ class HistoryCatalog:
                 (text, encode_upper(acked), now, now, topic, name, holder))
             return cur.rowcount > 0
 
+    @retried
     def durable_release(self, topic: str, name: str, holder: str) -> None:
         with self._write() as conn:
             conn.execute("UPDATE durables SET holder = NULL, holder_pid = NULL, holder_lease = "
                          "NULL WHERE topic = ? AND name = ? AND holder = ?", (topic, name, holder))
 
+    @retried
     def durable_renew(self, topic: str, name: str, holder: str) -> bool:
         with self._write("NORMAL") as conn:
             cur = conn.execute("UPDATE durables SET holder_seen = ? WHERE topic = ? AND name = ? "
                                "AND holder = ?", (time.time(), topic, name, holder))
             return cur.rowcount > 0
 
+    @retried
     def durable_reset(self, topic: str, name: str, position: Any | None) -> DurableInfo:
         text = None if position is None else encode_upper(position)
         with self._write() as conn:
@@ -462,6 +477,7 @@ class HistoryCatalog:
                                f"name = ?", (topic, name)).fetchone()
             return _durable(row)
 
+    @retried
     def durable_drop(self, topic: str, name: str) -> bool:
         with self._write() as conn:
             cur = conn.execute("DELETE FROM durables WHERE topic = ? AND name = ?", (topic, name))

@@ -55,7 +55,7 @@ from .history import HistoryCatalog
 from .liveness import check_holder
 from .records import ROW_COLUMNS, TopicInfo, encode_upper, partition_from_row
 from .schema import STATES, enable_wal, ensure_postgres_schema, ensure_schema, retry_busy
-from .store import BUSY_TIMEOUT_S, PostgresStore, SQLiteStore
+from .store import BUSY_TIMEOUT_S, RETRY_DEADLINE_S, PostgresStore, SQLiteStore, retried
 
 __all__ = ["SqlCatalog", "topic_definition"]
 
@@ -120,24 +120,23 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
     written by a newer version: one line naming the catalog and the reason), and
     :class:`~epochstream.errors.CatalogUnavailable` if a PostgreSQL server cannot be reached.
 
+    ``timeout`` (PostgreSQL; seconds, default :data:`~epochstream.catalog.store.RETRY_DEADLINE_S`):
+    how long an operation keeps retrying a transient failure (the server restarting or failing
+    over, a connection lost, a serialization failure) before it raises
+    :class:`~epochstream.errors.CatalogUnavailable`. Every operation is safe to retry: one whose
+    commit's answer was lost finds its own effect and does not apply it twice.
+
     Safe to use from several threads and processes at once, including several processes
     creating the same new catalog at the same moment."""
 
-    def __init__(self, location: str | os.PathLike | None = None):
+    def __init__(self, location: str | os.PathLike | None = None, *,
+                 timeout: float = RETRY_DEADLINE_S):
         location = os.environ.get(ENV_VAR) if location is None else location
         if location_kind(location) == "postgresql":
-            store: SQLiteStore | PostgresStore = PostgresStore(str(location))
+            store: SQLiteStore | PostgresStore = PostgresStore(str(location), timeout)
             self.path: Any = CatalogURL(str(location))
-            conn = store.connect()
-            try:
-                ensure_postgres_schema(conn, store.where)
-            except CatalogError:
-                raise
-            except Exception as e:  # noqa: BLE001 - psycopg's errors, one line naming the catalog
-                raise CatalogError(f"catalog {store.where}: cannot create or migrate its schema: "
-                                   f"{str(e).strip().splitlines()[0]}") from None
-            finally:
-                conn.close()
+            self._store = store
+            self._ensure_postgres_schema()
         else:
             self.path = (default_catalog_path() if location is None
                          else resolve_path(location)).absolute()
@@ -149,6 +148,21 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         self._write = store.write
         self._hot_write = store.hot_write
         self._hot = store.hot
+
+    @retried
+    def _ensure_postgres_schema(self) -> None:
+        """Create or migrate the PostgreSQL schema (retried while the server is unreachable)."""
+        store = self._store
+        conn = store.connect()
+        try:
+            ensure_postgres_schema(conn, store.where)
+        except CatalogError:
+            raise
+        except Exception as e:  # noqa: BLE001 - psycopg's errors, one line naming the catalog
+            raise CatalogError(f"catalog {store.where}: cannot create or migrate its schema: "
+                               f"{str(e).strip().splitlines()[0]}") from None
+        finally:
+            conn.close()
 
     @property
     def store(self) -> str:
@@ -187,6 +201,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
 
     # ---- topics
 
+    @retried
     def create_topic(self, topic: str, *, order: Any = "total", codec: str = "msgpack",
                      partitions: int = 1, schema: str | None = None,
                      partition_key: str | None = None) -> TopicInfo:
@@ -210,6 +225,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
                     f"(Catalog.drop_topic) or use another name")
             return self._read_topic(conn, topic)
 
+    @retried
     def drop_topic(self, topic: str) -> None:
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM topics WHERE name = ?", (topic,)).fetchone() is None:
@@ -217,10 +233,12 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
             conn.execute("DELETE FROM partitions WHERE topic = ?", (topic,))
             conn.execute("DELETE FROM topics WHERE name = ?", (topic,))
 
+    @retried
     def topics(self) -> list[TopicInfo]:
         with self._snapshot() as conn:
             return [self._read_topic(conn, name) for name in self._existing(conn)]
 
+    @retried
     def lookup(self, topic: str, wait: float = 0.0) -> TopicInfo:
         deadline = time.monotonic() + max(0.0, float(wait))
         while True:
@@ -243,6 +261,18 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
                            incarnation: str | None = None, upper: Any = (),
                            lease: float | None = None, host: str | None = None,
                            pid_start: float | None = None, server_key: str | None = None) -> str:
+        # the incarnation is chosen once: a retry after a commit whose answer was lost must
+        # find its own claim, not take it for another publisher's
+        incarnation = uuid.uuid4().hex if incarnation is None else str(incarnation)
+        return self._register_partition(topic, partition, endpoint, ingest=ingest, pid=pid,
+                                        incarnation=incarnation, upper=upper, lease=lease,
+                                        host=host, pid_start=pid_start, server_key=server_key)
+
+    @retried
+    def _register_partition(self, topic: str, partition: int, endpoint: str, *,
+                            ingest: str | None, pid: int | None, incarnation: str, upper: Any,
+                            lease: float | None, host: str | None, pid_start: float | None,
+                            server_key: str | None) -> str:
         if isinstance(partition, bool) or not isinstance(partition, int):
             raise CatalogError(f"partition index must be an int, got {partition!r}")
         if not isinstance(endpoint, str) or not endpoint:
@@ -253,7 +283,6 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         except ValueError as e:
             raise CatalogError(str(e)) from None
         pid = os.getpid() if pid is None else int(pid)
-        incarnation = uuid.uuid4().hex if incarnation is None else str(incarnation)
         pid, pid_start, host, lease = check_holder(pid, pid_start, host, lease)
         with self._write() as conn:
             self._check_claim(conn, topic, partition, incarnation)
@@ -294,6 +323,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
                     f"(pid {current.pid} on {current.host}, endpoint {current.endpoint}, "
                     f"incarnation {current.incarnation}); stop it first")
 
+    @retried
     def close_partition(self, topic: str, partition: int, incarnation: str,
                         upper: Any = (), *, aborted: bool = False) -> bool:
         text = encode_upper(upper)
@@ -305,6 +335,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
                 (state, text, time.time(), topic, partition, incarnation))
             return cur.rowcount > 0
 
+    @retried
     def record_upper(self, topic: str, partition: int, incarnation: str, upper: Any) -> bool:
         text = encode_upper(upper)
         with self._hot() as conn:
@@ -314,6 +345,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
                 (text, time.time(), topic, partition, incarnation))
             return cur.rowcount > 0
 
+    @retried
     def heartbeat(self, topic: str, partition: int, incarnation: str) -> bool:
         with self._write() as conn:
             cur = conn.execute(
@@ -323,6 +355,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
 
     # ---- grants (docs/security.md)
 
+    @retried
     def grant(self, principal: str, topic_pattern: str, op: str) -> Grant:
         try:
             g = check_grant(principal, topic_pattern, op)
@@ -333,6 +366,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
                          "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", (g.principal, g.pattern, g.op, time.time()))
         return g
 
+    @retried
     def revoke(self, principal: str, topic_pattern: str | None = None,
                op: str | None = None) -> int:
         try:
@@ -348,6 +382,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         with self._write() as conn:
             return conn.execute(sql, args).rowcount
 
+    @retried
     def grants(self, topic: str | None = None, principal: str | None = None) -> list[Grant]:
         import fnmatch
 

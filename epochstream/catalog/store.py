@@ -29,19 +29,22 @@ a PostgreSQL server that cannot be reached becomes :class:`~epochstream.errors.C
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
+import random
 import re
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import CatalogError, CatalogUnavailable
 
-__all__ = ["SQLiteStore", "PostgresStore", "postgres_sql", "postgres_ddl", "redact",
-           "BUSY_TIMEOUT_S", "POSTGRES_SCHEMES"]
+__all__ = ["SQLiteStore", "PostgresStore", "postgres_sql", "postgres_ddl", "redact", "retried",
+           "retrying", "BUSY_TIMEOUT_S", "POSTGRES_SCHEMES", "RETRY_DEADLINE_S"]
 
 BUSY_TIMEOUT_S = 5.0
 """Seconds a SQLite connection waits for another process's lock before failing (busy timeout);
@@ -55,6 +58,64 @@ WRITE_LOCK_KEY = 0x6570_6F63_6873_7472  # "epochstr": the advisory lock of catal
 
 POOL_MAX = 8
 """Idle connections one PostgreSQL catalog object keeps at most, per process."""
+
+RETRY_DEADLINE_S = 30.0
+"""Seconds a catalog operation on PostgreSQL keeps retrying a transient failure (the server
+restarting or failing over, a connection lost, a serialization failure or deadlock) before it
+raises :class:`~epochstream.errors.CatalogUnavailable` (``Catalog(url, timeout=...)``)."""
+
+# SQLSTATEs worth a retry: serialization_failure, deadlock_detected, admin_shutdown,
+# crash_shutdown, cannot_connect_now, and the connection exceptions (class 08)
+_TRANSIENT_STATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08001",
+                               "08003", "08004", "08006", "08007"})
+# a connection refused for one of these reasons will not succeed by trying again
+_PERMANENT = re.compile(r"password authentication failed|does not exist|no pg_hba\.conf entry|"
+                        r"is not permitted to log in|permission denied|role .* does not exist|"
+                        r"invalid (URI|connection option|sslmode)|SSL", re.IGNORECASE)
+
+_RETRYING: contextvars.ContextVar[int] = contextvars.ContextVar("epochstream_catalog_retry",
+                                                                default=-1)
+
+
+class Transient(CatalogUnavailable):
+    """A failure a catalog operation may retry (see :data:`RETRY_DEADLINE_S`): raised by a
+    store, caught by :func:`retried`; it reaches a caller only as the last error when the
+    deadline has passed."""
+
+
+def retrying() -> bool:
+    """Whether the running catalog operation is a retry: its earlier attempt failed in a way
+    that leaves unknown whether it committed (a connection lost at COMMIT), so an operation
+    that must not apply twice checks whether it already did."""
+    return _RETRYING.get() > 0
+
+
+def retried(operation: Any) -> Any:
+    """Decorator of a catalog operation (a method of an object with a ``_store``): run it again
+    from the start, with jittered exponential backoff (10 ms doubling to 1 s), while it raises
+    :class:`Transient`, until the store's ``retry_deadline`` (seconds) has passed; then raise
+    the last error. An operation called by another runs within the caller's attempt."""
+    @functools.wraps(operation)
+    def attempt(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _RETRYING.get() >= 0:  # inside another operation: its loop retries
+            return operation(self, *args, **kwargs)
+        deadline = time.monotonic() + getattr(self._store, "retry_deadline", 0.0)
+        delay, tries = 0.01, 0
+        while True:
+            token = _RETRYING.set(tries)
+            try:
+                return operation(self, *args, **kwargs)
+            except Transient:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+            finally:
+                _RETRYING.reset(token)
+            tries += 1
+            time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
+            delay = min(delay * 2, 1.0)
+    return attempt
+
 
 # Connections opened in a process that then forked: the child must neither use nor close them
 # (SQLite and libpq both forbid carrying a connection across fork()), so they are kept here.
@@ -256,9 +317,11 @@ class _PgConnection:
     def execute(self, sql: str, args: Any = None) -> Any:
         return self.raw.execute(postgres_sql(sql), args if args else None)
 
-    def executemany(self, sql: str, rows: Any) -> None:
-        with self.raw.cursor() as cur:
-            cur.executemany(postgres_sql(sql), rows)
+    def executemany(self, sql: str, rows: Any) -> Any:
+        """Run ``sql`` for each row; the cursor's ``rowcount`` is the sum of rows affected."""
+        cur = self.raw.cursor()
+        cur.executemany(postgres_sql(sql), rows)
+        return cur
 
 
 def _first_line(e: BaseException) -> str:
@@ -281,7 +344,8 @@ class PostgresStore:
 
     kind = "postgresql"
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, retry_deadline: float = RETRY_DEADLINE_S):
+        self.retry_deadline = retry_deadline
         try:
             import psycopg  # noqa: F401 - a clear error below if the driver is missing
         except ImportError as e:  # pragma: no cover - a dependency of the package
@@ -310,13 +374,15 @@ class PostgresStore:
             raise CatalogError(f"cannot open catalog {self.where}: {_first_line(e)}") from None
 
     def _connect_error(self, e: BaseException) -> CatalogError:
-        reason = _first_line(e)
-        # libpq's message: 'connection failed: ... : FATAL:  password authentication failed ...'
+        """A failed connection as an error: :class:`CatalogError` (one line, the server's
+        reason) when trying again cannot help (a wrong password, a missing database),
+        :class:`Transient` otherwise (nothing listens, the server starts or stops)."""
         fatal = re.search(r"FATAL:\s*(.*)", str(e))
-        if fatal:
-            return CatalogError(f"cannot open catalog {self.where}: {fatal.group(1).strip()}")
-        return CatalogUnavailable(f"cannot reach catalog {self.where}: {reason}",
-                                  url=self.where, timeout=BUSY_TIMEOUT_S)
+        reason = fatal.group(1).strip() if fatal else _first_line(e)
+        if _PERMANENT.search(reason):
+            return CatalogError(f"cannot open catalog {self.where}: {reason}")
+        return Transient(f"cannot reach catalog {self.where}: {reason}", url=self.where,
+                         timeout=BUSY_TIMEOUT_S)
 
     def _take(self) -> Any:
         """An idle connection of this process, else a new one."""
@@ -353,10 +419,11 @@ class PostgresStore:
         raw = self._take()
         try:
             yield raw
-        except psycopg.OperationalError as e:
-            raise CatalogUnavailable(f"catalog {self.where}: {_first_line(e)}",
-                                     url=self.where) from e
         except psycopg.Error as e:
+            if isinstance(e, psycopg.OperationalError) or e.sqlstate in _TRANSIENT_STATES \
+                    or raw.closed:
+                raise Transient(f"catalog {self.where}: {_first_line(e)}",
+                                url=self.where) from e
             raise CatalogError(f"catalog {self.where}: {_first_line(e)}") from e
         finally:
             self._give_back(raw)
