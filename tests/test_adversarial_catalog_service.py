@@ -494,11 +494,6 @@ def test_publisher_keeps_publishing_through_an_outage_shorter_than_the_timeout(s
         assert got == list(range(epochs))
 
 
-@_THOROUGH_ONLY
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug (docs/history.md, Limits): a catalog request lost with a killed service is never "
-    "re-sent, so an index commit in flight waits out the client's timeout and the retention "
-    "publisher aborts (HistoryWriteError) even when the service is back at once"))
 def test_retention_publisher_survives_a_quick_restart_with_a_commit_in_flight(service):
     """A retention publisher commits its epoch log index (history_commit) through the service
     for every epoch; the service is SIGKILLed while a commit is in flight and restarted at once

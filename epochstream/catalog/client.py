@@ -50,6 +50,7 @@ import random
 import re
 import threading
 import time
+import uuid
 import weakref
 from pathlib import Path
 from typing import Any, Callable
@@ -70,7 +71,7 @@ from .schema import STATES
 from .sqlcatalog import topic_definition
 
 __all__ = ["RemoteCatalog", "CatalogURL", "parse_url", "local_home", "DEFAULT_TIMEOUT",
-           "DEFAULT_LEASE", "CLAIM_ATTEMPTS"]
+           "DEFAULT_LEASE", "CLAIM_ATTEMPTS", "RESEND_S"]
 
 log = logging.getLogger("epochstream.catalog")
 
@@ -79,6 +80,8 @@ DEFAULT_TIMEOUT = 5.0
 DEFAULT_LEASE = 10.0
 """Seconds a partition (or durable subscription) registered through the network catalog stays
 alive without a renewal; renewed every third of it."""
+RESEND_S = 1.0
+"""Seconds a request waits for its answer before it is sent again (within ``timeout``)."""
 CLAIM_ATTEMPTS = 100
 """Reads-and-decides a :meth:`RemoteCatalog.group_claim` tries before giving up (each failure
 means another worker changed the group meanwhile)."""
@@ -231,15 +234,48 @@ class RemoteCatalog(Catalog):
         sock.close(0)
 
     def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        """Send ``op(*args, **kwargs)``; return the decoded result or raise its error."""
+        """Send ``op(*args, **kwargs)``; return the decoded result or raise its error.
+
+        A request unanswered for :data:`RESEND_S` seconds (the service restarting, a connection
+        lost) is sent again on a fresh socket, marked as a retry, until ``timeout`` seconds
+        have passed; every operation is safe to apply twice (``store.retried``)."""
+        deadline = time.monotonic() + self.timeout
+        attempt = 0
+        while True:
+            try:
+                body = rpc.encode({"op": op, "args": list(args), "kwargs": kwargs,
+                                   **({"retry": attempt} if attempt else {})}, lenient=True)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise CatalogError(f"{op}: cannot send these arguments to the catalog service "
+                                   f"{self.url}: {e}") from None
+            window = min(deadline - time.monotonic(), RESEND_S)
+            try:
+                frames = self._attempt(op, body, window)
+            except CatalogUnavailable:
+                if deadline - time.monotonic() <= 0.01:
+                    raise
+                attempt += 1
+                continue
+            break
         try:
-            body = rpc.encode({"op": op, "args": list(args), "kwargs": kwargs}, lenient=True)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise CatalogError(f"{op}: cannot send these arguments to the catalog service "
-                               f"{self.url}: {e}") from None
+            reply = rpc.decode(frames[1], strict=False)
+        except Exception as e:  # noqa: BLE001
+            raise CatalogError(f"the catalog service {self.url} sent a malformed reply to "
+                               f"{op}: {e}") from None
+        if isinstance(reply, dict) and "ok" in reply and len(reply) == 1:
+            return reply["ok"]
+        if isinstance(reply, dict) and "error" in reply:
+            rpc.raise_error(reply["error"], self.url)
+        raise CatalogError(f"the catalog service {self.url} sent a malformed reply to {op}: "
+                           f"{reply!r:.200}")
+
+    def _attempt(self, op: str, body: bytes, window: float) -> list:
+        """One sending of a request on a pooled socket, waiting ``window`` seconds for its
+        answer frames; raises :class:`CatalogUnavailable` if none comes (the socket is closed
+        then, so a late answer never reaches a later request)."""
         sock = self._socket()
         rid = next(self._ids).to_bytes(8, "big")
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + max(window, 0.001)
         try:
             sock.send_multipart([rid, body], copy=len(body) < 65536)
             while True:
@@ -269,17 +305,7 @@ class RemoteCatalog(Catalog):
                                          timeout=self.timeout, op=op) from None
             raise
         self._give_back(sock)
-        try:
-            reply = rpc.decode(frames[1], strict=False)
-        except Exception as e:  # noqa: BLE001
-            raise CatalogError(f"the catalog service {self.url} sent a malformed reply to "
-                               f"{op}: {e}") from None
-        if isinstance(reply, dict) and "ok" in reply and len(reply) == 1:
-            return reply["ok"]
-        if isinstance(reply, dict) and "error" in reply:
-            rpc.raise_error(reply["error"], self.url)
-        raise CatalogError(f"the catalog service {self.url} sent a malformed reply to {op}: "
-                           f"{reply!r:.200}")
+        return frames
 
     def close(self) -> None:
         """Stop renewing leases (partitions registered through this client read as ``dead``
@@ -403,6 +429,8 @@ class RemoteCatalog(Catalog):
                            lease: float | None = None, host: str | None = None,
                            pid_start: float | None = None, server_key: str | None = None) -> str:
         me = self._holder(pid, pid_start, host)
+        # chosen here, once: a resent registration must find its own claim (store.retried)
+        incarnation = uuid.uuid4().hex if incarnation is None else incarnation
         inc = self._call("register_partition", topic, partition, endpoint, ingest=ingest,
                          incarnation=incarnation, upper=upper,
                          lease=self.lease if lease is None else lease, server_key=server_key,

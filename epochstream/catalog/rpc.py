@@ -201,16 +201,19 @@ def decode(data: bytes, *, strict: bool = True) -> Any:
 
 
 def check_request(req: Any) -> tuple[str, list, dict]:
-    """``(op, args, kwargs)`` of a decoded request body. Raises :class:`CatalogError` naming
+    """``(op, args, kwargs)`` of a decoded request body (``retry``, the number of earlier
+    attempts of the same request, is read by the server from the body itself). Raises :class:`CatalogError` naming
     what is wrong: not a map, unknown keys, an op not in :data:`OPS` (private names included),
     ``args`` not an array or ``kwargs`` not a map of strings, more than :data:`MAX_ARGS`."""
     if not isinstance(req, dict):
         raise CatalogError(f"a catalog request must be a map {{op, args, kwargs}}, got "
                            f"{type(req).__name__}")
-    extra = set(req) - {"op", "args", "kwargs"}
+    extra = set(req) - {"op", "args", "kwargs", "retry"}
     if extra:
-        raise CatalogError(f"a catalog request has only op, args, kwargs; got also "
+        raise CatalogError(f"a catalog request has only op, args, kwargs, retry; got also "
                            f"{sorted(map(str, extra))}")
+    if not isinstance(req.get("retry", 0), int) or isinstance(req.get("retry", 0), bool):
+        raise CatalogError("a catalog request's retry is the number of earlier attempts, an int")
     op, args, kwargs = req.get("op"), req.get("args", []), req.get("kwargs", {})
     if not isinstance(op, str) or op not in OPS:
         shown = op if isinstance(op, str) and len(op) <= 80 else type(op).__name__

@@ -40,6 +40,7 @@ import zmq
 
 from . import rpc
 from .api import Catalog, is_catalog_url
+from .store import as_retry
 from .liveness import HOST
 from .schema import SCHEMA_VERSION
 from ..errors import CatalogError, NotAuthorized
@@ -197,6 +198,10 @@ class CatalogServer:
                 self._authorise_admin(op, args, kwargs, user)
             if self.security is not None and op in TOPIC_GRANTS:
                 self._authorise_topic(op, TOPIC_GRANTS[op], args, kwargs, user)
+            attempt = req.get("retry", 0)
+            if attempt:  # a resent request: the first may have been applied (client.py)
+                with as_retry(attempt):
+                    return {"ok": self._run(op, args, kwargs)}
             return {"ok": self._run(op, args, kwargs)}
         except Exception as e:  # noqa: BLE001 - every failure is the client's to hear about
             log.debug("catalog request failed: %r", e)

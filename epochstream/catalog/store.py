@@ -44,7 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import CatalogError, CatalogUnavailable
 
 __all__ = ["SQLiteStore", "PostgresStore", "postgres_sql", "postgres_ddl", "redact", "retried",
-           "retrying", "BUSY_TIMEOUT_S", "POSTGRES_SCHEMES", "RETRY_DEADLINE_S"]
+           "retrying", "as_retry", "BUSY_TIMEOUT_S", "POSTGRES_SCHEMES", "RETRY_DEADLINE_S"]
 
 BUSY_TIMEOUT_S = 5.0
 """Seconds a SQLite connection waits for another process's lock before failing (busy timeout);
@@ -88,6 +88,18 @@ def retrying() -> bool:
     that leaves unknown whether it committed (a connection lost at COMMIT), so an operation
     that must not apply twice checks whether it already did."""
     return _RETRYING.get() > 0
+
+
+@contextlib.contextmanager
+def as_retry(attempt: int) -> Iterator[None]:
+    """Run the catalog operations inside as attempt ``attempt`` (0: the first) of a request
+    its sender retried (the network catalog's resends): with ``attempt > 0`` they check for
+    their own effect (:func:`retrying`); either way they make no retry loop of their own."""
+    token = _RETRYING.set(attempt)
+    try:
+        yield
+    finally:
+        _RETRYING.reset(token)
 
 
 def retried(operation: Any) -> Any:
