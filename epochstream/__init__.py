@@ -15,7 +15,7 @@ Heavy layers are imported lazily, so ``import epochstream.order`` needs neither 
 
 from typing import TYPE_CHECKING
 
-from .errors import (CatalogError, CatalogUnavailable, EpochstreamError, GroupStopped,
+from .errors import (CatalogError, CatalogUnavailable, EpochstreamError, Fenced, GroupStopped,
                      HistoryCorrupt, HistoryError, HistoryUnavailable, HistoryWriteError,
                      LeaseExpired, PartitionHeld, ProtocolError,
                      PublisherAborted, PublisherLost, SubscriberLagged, SubscriptionExpired,
@@ -60,7 +60,7 @@ __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "To
            "PartitionHeld", "SubscriberLagged", "PublisherLost", "PublisherAborted", "HistoryError",
            "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
            "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed",
-           "CatalogUnavailable", "FilterError", "NotAuthorized", *_LAZY]
+           "CatalogUnavailable", "Fenced", "FilterError", "NotAuthorized", *_LAZY]
 
 
 def __getattr__(name):

@@ -51,7 +51,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .catalog.history import EpochRecord, HistoryState
-from .errors import CatalogError, HistoryCorrupt, HistoryWriteError
+from .errors import CatalogError, Fenced, HistoryCorrupt, HistoryWriteError
 from .frontier import Antichain
 from .retention import Retention, SegmentStat, segment_aged, segments_to_delete
 
@@ -112,6 +112,7 @@ class LogWriter:
         self._frontiers: tuple = ((), ())  # (lower, upper) as last committed
         self._oldest: float | None = None  # when the oldest epoch of the open segment completed
         self.state: HistoryState | None = None
+        self.incarnation: str | None = None  # the writer's: a newer one fences its commits
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, lower: tuple, upper: tuple) -> HistoryState:
@@ -278,11 +279,15 @@ class LogWriter:
             self.catalog.history_commit(self.topic, self.partition, epochs=epochs, lower=lower,
                                         upper=upper, segment=self._segment,
                                         committed=self._offset, roll_to=roll_to,
-                                        durable=self.retention.fsync != "none")
+                                        durable=self.retention.fsync != "none",
+                                        incarnation=self.incarnation)
         except CatalogError as e:
             if new_file is not None:
                 new_file.close()
-            raise self._fail("index the completed epochs in the catalog", e) from e
+            failed = self._fail("index the completed epochs in the catalog", e)
+            if isinstance(e, Fenced):
+                raise  # a newer generation holds the partition: this writer stops as it is
+            raise failed from e
         self._pending = None
         self._frontiers = (lower, upper)
         for t in done:
@@ -333,8 +338,13 @@ class LogWriter:
             self.catalog.history_commit(self.topic, self.partition, epochs=[], lower=lower,
                                         upper=upper, segment=self._segment,
                                         committed=self._offset, roll_to=roll_to,
-                                        durable=self.retention.fsync != "none")
+                                        durable=self.retention.fsync != "none",
+                                        incarnation=self.incarnation)
         except CatalogError as e:
+            if isinstance(e, Fenced):
+                new_file.close()
+                path.unlink(missing_ok=True)
+                raise self._fail("roll to a new segment", e) from e
             new_file.close()
             path.unlink(missing_ok=True)
             log.warning("epoch log %s/%s: could not index segment %d (retried later): %s",

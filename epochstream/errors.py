@@ -8,7 +8,8 @@ everything of ours in one clause and still tell the cases apart:
 - :class:`WireError` — a frame sequence that cannot be decoded (a :class:`ProtocolError`
   subclass: malformed input is a protocol violation by the peer that sent it).
 - :class:`TopicNotFound`, :class:`PartitionHeld`, :class:`CatalogError` — catalog lookups;
-  :class:`CatalogUnavailable` — the network catalog did not answer in time.
+  :class:`CatalogUnavailable` — the network catalog did not answer in time;
+  :class:`Fenced` — a publisher superseded by a newer generation of its partition.
 - :class:`SubscriberLagged` — the publisher evicted a subscriber that fell too far behind.
 - :class:`PublisherLost` — a partition's publisher stopped answering (no heartbeat in time).
 - :class:`PublisherAborted` — a partition's publisher ended abnormally (an exception left its
@@ -33,7 +34,7 @@ __all__ = ["EpochstreamError", "ProtocolError", "WireError", "CatalogError", "To
            "PublisherAborted", "HistoryError",
            "HistoryUnavailable", "HistoryCorrupt", "HistoryWriteError", "SubscriptionExpired",
            "SubscriptionHeld", "LeaseExpired", "GroupStopped", "TopicClosed", "FilterError",
-           "NotAuthorized"]
+           "NotAuthorized", "Fenced"]
 
 
 class EpochstreamError(Exception):
@@ -67,6 +68,22 @@ class TopicNotFound(CatalogError, LookupError):
 
 class PartitionHeld(CatalogError):
     """Registering a partition that a live publisher already holds."""
+
+
+class Fenced(CatalogError):
+    """A publisher's write to the catalog was refused because a newer generation holds its
+    partition now (another incarnation registered it after this one's lease expired, or after it
+    was judged dead): Kafka's ``ProducerFencedException``. The fenced publisher aborts its own
+    stream at once (its subscribers see it end; ``recover=True`` ones follow the successor) and
+    never touches the partition's catalog row again. ``topic``, ``partition`` and
+    ``incarnation`` (the fenced one) say which."""
+
+    def __init__(self, message: str, *, topic: str = "", partition: int = -1,
+                 incarnation: str = ""):
+        self.topic = topic
+        self.partition = partition
+        self.incarnation = incarnation
+        super().__init__(message)
 
 
 class CatalogUnavailable(CatalogError):

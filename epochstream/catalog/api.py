@@ -177,6 +177,9 @@ class Catalog:
     (see each implementation)."""
 
     path: Any
+    lease: float | None = None
+    """Seconds of the lease a partition registered through this catalog holds (its publisher
+    renews it, :mod:`epochstream.transport.lease_keeper`), or ``None``: liveness by pid."""
 
     def __new__(cls, location: Any = None, *args: Any, **kwargs: Any) -> "Catalog":
         if cls is Catalog:
@@ -369,11 +372,16 @@ class Catalog:
     @_operation
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
                        lower: Any, upper: Any, segment: int, committed: int,
-                       roll_to: int | None = None, durable: bool = True) -> None:
+                       roll_to: int | None = None, durable: bool = True,
+                       incarnation: str | None = None) -> None:
         """Index ``epochs`` (complete, written to ``segment``) and record the log's ``lower``
         and ``upper`` frontiers and ``committed`` bytes of ``segment``, in one transaction.
         ``roll_to``: the next segment's number, started now with ``since = lower``.
-        ``durable=False`` commits without an fsync of the catalog (``Retention.fsync="none"``)."""
+        ``durable=False`` commits without an fsync of the catalog (``Retention.fsync="none"``).
+        ``incarnation``: the writing publisher's; the commit is refused with
+        :class:`~epochstream.errors.Fenced` (nothing applied) if another incarnation holds the
+        partition live (a newer generation took it over: the writer is a zombie). An epoch
+        indexed already is neither written nor counted again (a retried commit)."""
 
     @_operation
     def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:

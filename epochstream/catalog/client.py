@@ -515,8 +515,11 @@ class RemoteCatalog(Catalog):
 
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
                        lower: Any, upper: Any, segment: int, committed: int,
-                       roll_to: int | None = None, durable: bool = True) -> None:
-        return self._call("history_commit", topic, partition, epochs=epochs, lower=lower, upper=upper, segment=segment, committed=committed, roll_to=roll_to, durable=durable)
+                       roll_to: int | None = None, durable: bool = True,
+                       incarnation: str | None = None) -> None:
+        return self._call("history_commit", topic, partition, epochs=epochs, lower=lower,
+                          upper=upper, segment=segment, committed=committed, roll_to=roll_to,
+                          durable=durable, incarnation=incarnation)
 
     def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
         return self._call("history_trim", topic, partition, keep_from)

@@ -46,8 +46,8 @@ from typing import Any, Iterable
 
 from .store import retried
 from .liveness import check_holder, holder_alive
-from .records import decode_upper, encode_upper
-from ..errors import CatalogError, SubscriptionExpired, SubscriptionHeld, TopicNotFound
+from .records import ROW_COLUMNS, decode_upper, encode_upper, partition_from_row
+from ..errors import CatalogError, Fenced, SubscriptionExpired, SubscriptionHeld, TopicNotFound
 from ..frontier import Antichain
 from ..order import by_name
 from ..retention import SegmentStat
@@ -202,6 +202,23 @@ def _durable(row) -> DurableInfo:
                        reason)
 
 
+def _check_writer(conn, topic: str, partition: int, incarnation: str) -> None:
+    """Inside a write transaction: raise :class:`Fenced` if an incarnation other than
+    ``incarnation`` holds ``partition`` of ``topic`` live now (the catalog's clock)."""
+    row = conn.execute(f"SELECT {ROW_COLUMNS} FROM partitions WHERE topic = ? AND idx = ?",
+                       (topic, partition)).fetchone()
+    if row is None:
+        return
+    now = float(conn.execute("SELECT epoch_now()").fetchone()[0])
+    holder = partition_from_row(row, now)
+    if holder.incarnation != incarnation and holder.state == "live":
+        raise Fenced(f"partition {partition} of topic {topic!r} is held by incarnation "
+                     f"{holder.incarnation} (generation {holder.generation}, pid {holder.pid} on "
+                     f"{holder.host}) now: the epoch log index commit of incarnation "
+                     f"{incarnation} is refused", topic=topic, partition=partition,
+                     incarnation=incarnation)
+
+
 class HistoryCatalog:
     """Index of the epoch logs and durable subscriptions (mixin of
     :class:`~epochstream.catalog.Catalog`; see the module docstring for the tables). Raises
@@ -259,13 +276,16 @@ class HistoryCatalog:
     @retried
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
                        lower: Any, upper: Any, segment: int, committed: int,
-                       roll_to: int | None = None, durable: bool = True) -> None:
+                       roll_to: int | None = None, durable: bool = True,
+                       incarnation: str | None = None) -> None:
         now = time.time()
         rows = [(topic, partition, encode_time(e.time), _t0(e.time), e.segment,
                  json.dumps(e.extents), e.nbytes, e.messages, e.crc, e.completed_at)
                 for e in epochs]
         low = encode_upper(lower)
         with self._hot_write("FULL" if durable else "NORMAL") as conn:
+            if incarnation is not None:
+                _check_writer(conn, topic, partition, incarnation)
             if rows:
                 # an epoch indexed already is this commit retried after its answer was lost
                 # (an epoch is logged once): it is neither written nor counted again

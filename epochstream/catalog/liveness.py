@@ -80,8 +80,13 @@ def holder_alive(pid: int | None, pid_start: float | None, host: str | None,
                  lease: float | None = None, renewed_at: float | None = None,
                  now: float | None = None) -> bool:
     """Liveness of a row's holder: by its lease (:func:`lease_alive`) if ``lease`` is set (a row
-    written through the network catalog), else by its process (:func:`pid_alive`)."""
+    written through the network catalog or into a PostgreSQL catalog), else by its process
+    (:func:`pid_alive`). A leased holder on this machine whose process is gone is dead at once
+    (the same-host fast path: its lease need not run out); a stopped or hung one keeps its
+    lease until the lease runs out."""
     if lease is not None:
+        if host == HOST and pid is not None and not pid_alive(pid, pid_start, host):
+            return False
         return lease_alive(renewed_at, lease, now)
     return pid is not None and pid_alive(pid, pid_start, host)
 

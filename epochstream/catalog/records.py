@@ -26,7 +26,7 @@ __all__ = ["PartitionInfo", "TopicInfo", "ROW_COLUMNS", "partition_from_row", "e
            "decode_upper"]
 
 ROW_COLUMNS = ("idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, "
-               "updated_at, lease, server_key")
+               "updated_at, lease, server_key, generation")
 """The ``partitions`` columns :func:`partition_from_row` reads, in order (for a ``SELECT``)."""
 
 
@@ -80,7 +80,10 @@ class PartitionInfo:
       passed, and its pid is not checked. ``None``: liveness is the pid check;
     - ``server_key``: the publisher's CURVE public key (Z85 text) when it serves with
       ``security=`` (a subscriber with ``Security.curve(server_public=None)`` connects with it),
-      ``None`` for plain TCP (docs/security.md).
+      ``None`` for plain TCP (docs/security.md);
+    - ``generation``: how many incarnations have registered this partition (Kafka's producer
+      epoch): each registration by a new incarnation raises it by one, and every write of an
+      older incarnation is refused (:class:`~epochstream.errors.Fenced`).
     """
 
     index: int
@@ -95,6 +98,7 @@ class PartitionInfo:
     pid_start: float | None = None
     lease: float | None = None
     server_key: str | None = None
+    generation: int = 0
 
     @property
     def alive(self) -> bool:
@@ -150,15 +154,15 @@ class TopicInfo:
                 f"schema={self.schema!r}{key}")
 
 
-def partition_from_row(row) -> PartitionInfo:
+def partition_from_row(row, now: float | None = None) -> PartitionInfo:
     """The :class:`PartitionInfo` of one ``partitions`` row read with :data:`ROW_COLUMNS`; a
-    ``live`` row whose process is not running now (or whose lease expired) gets state
-    ``"dead"``."""
+    ``live`` row whose process is not running now (or whose lease expired at ``now``, the
+    catalog's clock in seconds, default this machine's) gets state ``"dead"``."""
     (idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, updated_at, lease,
-     server_key) = row
-    if state == "live" and not holder_alive(pid, pid_start, host, lease, updated_at):
+     server_key, generation) = row
+    if state == "live" and not holder_alive(pid, pid_start, host, lease, updated_at, now):
         state = "dead"
     return PartitionInfo(index=idx, endpoint=endpoint, ingest=ingest, state=state,
                          incarnation=incarnation, pid=pid, upper=decode_upper(upper),
                          updated_at=updated_at, host=host, pid_start=pid_start, lease=lease,
-                         server_key=server_key)
+                         server_key=server_key, generation=generation)

@@ -55,11 +55,11 @@ OPS = frozenset({
     # topics and partitions (catalog.py)
     "create_topic", "drop_topic", "topics", "lookup", "register_partition", "close_partition",
     "record_upper", "heartbeat",
-    # the epoch logs' index and durable subscriptions (catalog_history.py)
+    # the epoch logs' index and durable subscriptions (catalog/history.py)
     "history_state", "history_states", "history_begin", "history_commit", "history_trim",
     "history_epochs", "history_epoch", "durables", "durable", "durable_claim", "durable_ack",
     "durable_release", "durable_renew", "durable_reset", "durable_drop",
-    # consumer groups (catalog_groups.py): group_claim takes a callable, so the client runs it
+    # consumer groups (catalog/groups.py): group_claim takes a callable, so the client runs it
     # as group_claim_read + its decide + group_claim_apply
     "group_open", "group_info", "groups", "group_drop", "group_settle", "group_stop",
     "group_reset", "group_claim_read", "group_claim_apply", "group_epochs",

@@ -87,16 +87,19 @@ from .groups import GROUPS_DDL
 from .history import HISTORY_DDL
 from ..errors import CatalogError
 
-__all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "SECURITY_COLUMNS", "GRANTS_DDL", "STATES",
+__all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "SECURITY_COLUMNS", "GENERATION_COLUMNS",
+           "POSTGRES_NOW_DDL", "GRANTS_DDL", "STATES",
            "ensure_schema", "enable_wal", "check_version",
            "retry_busy", "is_busy"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated;
 1: before durable history — version 2 adds the ``history_*`` and ``durables`` tables; version 3
 the consumer groups' ``groups`` and ``group_epochs``; version 4 the lease columns of the network
 catalog, :data:`LEASE_COLUMNS`; version 5 the CURVE server key of each partition,
-:data:`SECURITY_COLUMNS`, and the ``grants`` table, :data:`GRANTS_DDL`)."""
+:data:`SECURITY_COLUMNS`, and the ``grants`` table, :data:`GRANTS_DDL`; version 6 the
+partitions' generation, :data:`GENERATION_COLUMNS`, and on PostgreSQL the function
+``epoch_now()``, :data:`POSTGRES_NOW_DDL`)."""
 
 LEASE_COLUMNS = (("partitions", "lease", "REAL"), ("durables", "holder_lease", "REAL"),
                  ("durables", "holder_seen", "REAL"))
@@ -106,6 +109,19 @@ files too, so every file has the same columns in the same order)."""
 SECURITY_COLUMNS = (("partitions", "server_key", "TEXT"), ("topics", "partition_key", "TEXT"))
 """``(table, column, type)`` added by schema version 5 (after :data:`LEASE_COLUMNS`): the
 CURVE server key of each partition and the key column of a key-partitioned topic."""
+
+GENERATION_COLUMNS = (("partitions", "generation", "INTEGER NOT NULL DEFAULT 0"),)
+"""``(table, column, type)`` added by schema version 6: each partition's generation, raised by
+every registration of a new incarnation (Kafka's producer epoch; 0 in rows of older files until
+their partition is registered again)."""
+
+POSTGRES_NOW_DDL = """
+CREATE OR REPLACE FUNCTION epoch_now() RETURNS double precision
+    LANGUAGE sql VOLATILE AS $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$
+"""
+"""The database's clock in seconds since 1970 as SQL both engines run, ``epoch_now()``: this
+function on PostgreSQL, a function each SQLite connection registers (``time.time`` of the one
+machine that opens the file). Leases are stamped and judged by it."""
 
 GRANTS_DDL = """
 CREATE TABLE IF NOT EXISTS grants (
@@ -260,7 +276,7 @@ def _create_or_migrate(conn: sqlite3.Connection) -> None:
         conn.execute(_PARTITIONS_DDL.format(name="partitions"))
     for ddl in (*HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL):  # versions 1, 2 and 4: new tables only
         conn.execute(ddl)
-    for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS):  # new nullable columns
+    for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS, *GENERATION_COLUMNS):
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         if column not in have:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -310,7 +326,8 @@ def ensure_postgres_schema(conn, where: str) -> int:
         for ddl in (_TOPICS_DDL, _PARTITIONS_DDL.format(name="partitions"),
                     *HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL):
             conn.execute(postgres_ddl(ddl))
-        for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS):
+        conn.execute(POSTGRES_NOW_DDL)
+        for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS, *GENERATION_COLUMNS):
             conn.execute(postgres_ddl(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "
                                       f"{column} {kind}"))
         conn.execute("INSERT INTO epochstream_schema (id, version) VALUES (1, %s) "

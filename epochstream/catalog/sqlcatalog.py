@@ -57,7 +57,12 @@ from .records import ROW_COLUMNS, TopicInfo, encode_upper, partition_from_row
 from .schema import STATES, enable_wal, ensure_postgres_schema, ensure_schema, retry_busy
 from .store import BUSY_TIMEOUT_S, RETRY_DEADLINE_S, PostgresStore, SQLiteStore, retried
 
-__all__ = ["SqlCatalog", "topic_definition"]
+__all__ = ["SqlCatalog", "topic_definition", "DEFAULT_LEASE_S"]
+
+DEFAULT_LEASE_S = 9.0
+"""Seconds of the lease a partition registered in a PostgreSQL catalog holds (its publisher
+renews it every 2 s, :mod:`epochstream.transport.lease_keeper`): Kafka KRaft's broker session
+of 9 s. A SQLite catalog (one machine) judges liveness by pid instead."""
 
 
 def topic_definition(topic: Any, order: Any, codec: Any, partitions: Any,
@@ -86,6 +91,12 @@ def topic_definition(topic: Any, order: Any, codec: Any, partitions: Any,
         raise CatalogError(f"topic {topic!r}: partition_key must be a column name or None, got "
                            f"{partition_key!r}")
     return order_name, codec, partitions, schema, partition_key
+
+def _clock(conn: Any) -> float:
+    """The catalog's clock, seconds since 1970 (``epoch_now()``, schema.py): the database
+    server's for PostgreSQL, this machine's for SQLite."""
+    return float(conn.execute("SELECT epoch_now()").fetchone()[0])
+
 
 def _open_sqlite(store: SQLiteStore) -> None:
     """Create ``store``'s directory and file, switch it to WAL, create or migrate its schema."""
@@ -120,6 +131,11 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
     written by a newer version: one line naming the catalog and the reason), and
     :class:`~epochstream.errors.CatalogUnavailable` if a PostgreSQL server cannot be reached.
 
+    ``lease`` (seconds): the lease every partition registration takes, renewed by its
+    publisher and judged on the database's clock; default :data:`DEFAULT_LEASE_S` on PostgreSQL
+    (processes on other machines: a pid means nothing there), ``None`` on SQLite (the holder's
+    pid, on the one machine that opens the file).
+
     ``timeout`` (PostgreSQL; seconds, default :data:`~epochstream.catalog.store.RETRY_DEADLINE_S`):
     how long an operation keeps retrying a transient failure (the server restarting or failing
     over, a connection lost, a serialization failure) before it raises
@@ -130,9 +146,15 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
     creating the same new catalog at the same moment."""
 
     def __init__(self, location: str | os.PathLike | None = None, *,
-                 timeout: float = RETRY_DEADLINE_S):
+                 timeout: float = RETRY_DEADLINE_S, lease: float | None = None):
         location = os.environ.get(ENV_VAR) if location is None else location
-        if location_kind(location) == "postgresql":
+        postgres = location_kind(location) == "postgresql"
+        if lease is not None and (isinstance(lease, bool) or not isinstance(lease, (int, float))
+                                  or not 0 < lease < 1e6):
+            raise CatalogError(f"lease must be seconds > 0, got {lease!r}")
+        self.lease: float | None = (float(lease) if lease is not None
+                                    else DEFAULT_LEASE_S if postgres else None)
+        if postgres:
             store: SQLiteStore | PostgresStore = PostgresStore(str(location), timeout)
             self.path: Any = CatalogURL(str(location))
             self._store = store
@@ -195,9 +217,10 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         parts = conn.execute(
             f"SELECT {ROW_COLUMNS} FROM partitions WHERE topic = ? ORDER BY idx",
             (topic,)).fetchall()
+        now = _clock(conn)
         return TopicInfo(name=row[0], order_name=row[1], codec=row[2], partitions=row[3],
-                         schema=row[4], partition_info=tuple(partition_from_row(p) for p in parts),
-                         partition_key=row[5])
+                         schema=row[4], partition_key=row[5],
+                         partition_info=tuple(partition_from_row(p, now) for p in parts))
 
     # ---- topics
 
@@ -264,6 +287,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         # the incarnation is chosen once: a retry after a commit whose answer was lost must
         # find its own claim, not take it for another publisher's
         incarnation = uuid.uuid4().hex if incarnation is None else str(incarnation)
+        lease = self.lease if lease is None else lease
         return self._register_partition(topic, partition, endpoint, ingest=ingest, pid=pid,
                                         incarnation=incarnation, upper=upper, lease=lease,
                                         host=host, pid_start=pid_start, server_key=server_key)
@@ -285,26 +309,28 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         pid = os.getpid() if pid is None else int(pid)
         pid, pid_start, host, lease = check_holder(pid, pid_start, host, lease)
         with self._write() as conn:
-            self._check_claim(conn, topic, partition, incarnation)
+            generation = self._check_claim(conn, topic, partition, incarnation)
             conn.execute(
                 "INSERT INTO partitions (topic, idx, endpoint, ingest, state, incarnation, pid, "
-                "pid_start, host, upper, updated_at, lease, server_key) "
-                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, ?, ?, ?) "
+                "pid_start, host, upper, updated_at, lease, server_key, generation) "
+                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, epoch_now(), ?, ?, ?) "
                 "ON CONFLICT (topic, idx) DO UPDATE SET endpoint = excluded.endpoint, "
                 "ingest = excluded.ingest, state = excluded.state, "
                 "incarnation = excluded.incarnation, pid = excluded.pid, "
                 "pid_start = excluded.pid_start, host = excluded.host, upper = excluded.upper, "
                 "updated_at = excluded.updated_at, lease = excluded.lease, "
-                "server_key = excluded.server_key",
+                "server_key = excluded.server_key, generation = excluded.generation",
                 (topic, partition, endpoint, ingest, incarnation, pid, pid_start, host,
-                 upper_text, time.time(), lease, server_key))
+                 upper_text, lease, server_key, generation))
         return incarnation
 
     def _check_claim(self, conn: Any, topic: str, partition: int,
-                     incarnation: str) -> None:
+                     incarnation: str) -> int:
         """Inside a write transaction: raise unless ``incarnation`` may claim ``partition`` of
         ``topic`` (:class:`TopicNotFound`, :class:`CatalogError` for an index out of range,
-        :class:`PartitionHeld` for a live holder with another incarnation)."""
+        :class:`PartitionHeld` for a live holder with another incarnation); return the
+        generation the claim takes (compare-and-set under the write lock: the stored one plus
+        one for a new incarnation, the same one for a registration repeated)."""
         row = conn.execute("SELECT partitions FROM topics WHERE name = ?", (topic,)).fetchone()
         if row is None:
             raise TopicNotFound(topic, self._existing(conn))
@@ -315,13 +341,17 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         held = conn.execute(
             f"SELECT {ROW_COLUMNS} FROM partitions WHERE topic = ? AND idx = ?",
             (topic, partition)).fetchone()
-        if held is not None:
-            current = partition_from_row(held)
-            if current.incarnation != incarnation and current.state == "live":
+        if held is None:
+            return 1
+        current = partition_from_row(held, _clock(conn))
+        if current.incarnation == incarnation:
+            return max(current.generation, 1)
+        if current.state == "live":
                 raise PartitionHeld(
                     f"partition {partition} of topic {topic!r} is held by a live publisher "
                     f"(pid {current.pid} on {current.host}, endpoint {current.endpoint}, "
                     f"incarnation {current.incarnation}); stop it first")
+        return current.generation + 1
 
     @retried
     def close_partition(self, topic: str, partition: int, incarnation: str,
@@ -330,9 +360,9 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         state = "aborted" if aborted else "closed"
         with self._write() as conn:
             cur = conn.execute(
-                "UPDATE partitions SET state = ?, upper = ?, updated_at = ? "
+                "UPDATE partitions SET state = ?, upper = ?, updated_at = epoch_now() "
                 "WHERE topic = ? AND idx = ? AND incarnation = ?",
-                (state, text, time.time(), topic, partition, incarnation))
+                (state, text, topic, partition, incarnation))
             return cur.rowcount > 0
 
     @retried
@@ -340,17 +370,17 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         text = encode_upper(upper)
         with self._hot() as conn:
             cur = conn.execute(
-                "UPDATE partitions SET upper = ?, updated_at = ? WHERE topic = ? AND idx = ? "
-                "AND incarnation = ? AND state = 'live'",
-                (text, time.time(), topic, partition, incarnation))
+                "UPDATE partitions SET upper = ?, updated_at = epoch_now() WHERE topic = ? "
+                "AND idx = ? AND incarnation = ? AND state = 'live'",
+                (text, topic, partition, incarnation))
             return cur.rowcount > 0
 
     @retried
     def heartbeat(self, topic: str, partition: int, incarnation: str) -> bool:
-        with self._write() as conn:
+        with self._hot() as conn:  # one UPDATE: atomic by itself, no write lock
             cur = conn.execute(
-                "UPDATE partitions SET updated_at = ? WHERE topic = ? AND idx = ? "
-                "AND incarnation = ?", (time.time(), topic, partition, incarnation))
+                "UPDATE partitions SET updated_at = epoch_now() WHERE topic = ? AND idx = ? "
+                "AND incarnation = ?", (topic, partition, incarnation))
             return cur.rowcount > 0
 
     # ---- grants (docs/security.md)

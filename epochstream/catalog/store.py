@@ -182,6 +182,7 @@ class SQLiteStore:
         try:
             conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA foreign_keys=ON")
+            conn.create_function("epoch_now", 0, time.time)  # the clock of leases (schema.py)
         except BaseException:
             conn.close()
             raise

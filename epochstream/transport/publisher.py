@@ -23,7 +23,7 @@ import zmq
 from .. import wire
 from ..catalog import Catalog
 from ..epochlog import LogWriter, partition_dir
-from ..errors import EpochstreamError, HistoryWriteError, ProtocolError
+from ..errors import EpochstreamError, Fenced, HistoryWriteError, ProtocolError
 from ..events import LowerFrontierUpdate
 from ..frontier import Antichain
 from ..order import TIME_MIN, TOTAL, by_name, check_time, dual
@@ -33,6 +33,7 @@ from ..retention import Retention
 from ..security import Authorizer, Security
 from .fanout import Fanout
 from .handoff import Handoff
+from .lease_keeper import RENEW_S, LeaseKeeper
 from .loop import ABORT, DATA, FRONTIER, STOP, SYNC, PublisherLoop
 from .sockets import bind_router
 
@@ -286,6 +287,8 @@ class Publisher:
                                        else self.security.server_public)
         self._authz = None if self.security is None else Authorizer(topic, self.security, catalog)
         self._log: LogWriter | None = None
+        self._fenced = False
+        self._keeper: LeaseKeeper | None = None
         self.retention = retention
         self._resumed_at: tuple | None = None  # the lower frontier taken from the epoch log
         if retention is not None and upper is not None:
@@ -327,6 +330,10 @@ class Publisher:
                                         name=f"epochstream-pub-{topic}-{partition}")
         self._register(schema, ingest)
         self._thread.start()
+        lease = getattr(self._catalog, "lease", None)
+        self._keeper = None if lease is None else LeaseKeeper(
+            self._catalog, self.topic, self.partition, self.incarnation,
+            min(RENEW_S, lease / 3), self._on_fenced).start()
         if self._authz is not None:  # re-reads the grants while the loop runs
             self._authz.start(self._thread.is_alive)
 
@@ -348,6 +355,7 @@ class Publisher:
             fresh, upper_list = self._continue_log(prior, start)
             self._log = LogWriter(catalog, self.topic, self.partition, order, retention,
                                   history_dir(catalog, retention, self.topic, self.partition))
+            self._log.incarnation = self.incarnation
             self._log.open(fresh, upper_list)
             return fresh, upper_list
         if resumed:  # the recorded upper frontier bounds everything the predecessor sent
@@ -361,6 +369,7 @@ class Publisher:
             upper_list = list(inherited_upper(catalog, self.topic, self.partition, order, start))
         self._log = LogWriter(catalog, self.topic, self.partition, order, retention,
                               history_dir(catalog, retention, self.topic, self.partition))
+        self._log.incarnation = self.incarnation
         state = self._log.open(fresh, upper_list)
         if not resumed:
             return fresh, upper_list
@@ -485,8 +494,16 @@ class Publisher:
         if self._loop.error is not None:
             raise ProtocolError(f"publisher {self.topic}/{self.partition}: its loop died "
                                 f"({self._loop.error!r}); nothing more can be sent")
+        if self._keeper is not None and not self._closed and not self._keeper.valid():
+            self._fenced = True  # stopped past its lease: a successor may hold the partition
+            self._end_locked(f"fenced: its lease of {self._keeper.lease:g} s was not renewed in "
+                             f"time (the process was stopped or starved)", 0.0)
         if self._closed:
             state = f"aborted ({self._aborted})" if self._aborted is not None else "closed"
+            if self._fenced:
+                raise Fenced(f"publisher {self.topic}/{self.partition} is {state}",
+                             topic=self.topic, partition=self.partition,
+                             incarnation=self.incarnation)
             raise ProtocolError(f"publisher {self.topic}/{self.partition} is {state}")
 
     def send(self, time, records) -> None:
@@ -532,9 +549,14 @@ class Publisher:
         upper.insert(t)
         if not self._catalog.record_upper(self.topic, self.partition, self.incarnation,
                                           list(upper.elements)):
-            raise ProtocolError(f"publisher {self.topic}/{self.partition}: the catalog no longer "
-                                f"lists this incarnation ({self.incarnation}); another publisher "
-                                f"took the partition over or the topic was dropped")
+            fenced = Fenced(f"publisher {self.topic}/{self.partition}: the catalog no longer "
+                            f"lists this incarnation ({self.incarnation}); another publisher "
+                            f"took the partition over (a newer generation) or the topic was "
+                            f"dropped: this publisher aborts", topic=self.topic,
+                            partition=self.partition, incarnation=self.incarnation)
+            self._fenced = True
+            self._end_locked(str(fenced), 0.0)  # the caller holds self._lock
+            raise fenced
 
     def progress(self, updates) -> LowerFrontierUpdate | None:
         """Apply timely progress updates ``[(time, delta), ...]`` to the lower frontier and
@@ -659,8 +681,16 @@ class Publisher:
                                         daemon=False)
         self._closer.start()
 
+    def _on_fenced(self, reason: str) -> None:
+        """The lease keeper found this incarnation superseded: abort at once, leaving the
+        partition's catalog row (the successor's) alone."""
+        self._fenced = True
+        self.abort(f"fenced: {reason}", linger=0.0)
+
     def _mark_ended(self, aborted: bool) -> None:
-        if self._catalog is None:
+        if self._keeper is not None:
+            self._keeper.stop()
+        if self._catalog is None or self._fenced:  # the row is the successor's now
             return
         try:
             self._catalog.close_partition(self.topic, self.partition, self.incarnation,

@@ -166,24 +166,27 @@ def test_catalog_grants_and_server_keys(cat):
         cat.register_partition("t", 1, "tcp://h:2", server_key="not a key")
 
 
-def test_a_version_4_catalog_is_migrated_to_version_5(tmp_path):
+def test_a_version_4_catalog_is_migrated_to_the_current_version(tmp_path):
     path = tmp_path / "v4.sqlite"
     Catalog(path).create_topic("t")
     Catalog(path).register_partition("t", 0, "tcp://h:1", incarnation="i0", upper=[3])
     conn = sqlite3.connect(path, isolation_level=None)  # back to version 4, as it was written
     conn.execute("DROP TABLE grants")
     conn.execute("ALTER TABLE partitions DROP COLUMN server_key")
+    conn.execute("ALTER TABLE partitions DROP COLUMN generation")
     conn.execute("PRAGMA user_version = 4")
     conn.close()
     cat = Catalog(path)
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
-        assert "server_key" in {r[1] for r in conn.execute("PRAGMA table_info(partitions)")}
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(partitions)")}
+        assert {"server_key", "generation"} <= columns
     finally:
         conn.close()
     p = cat.lookup("t").partition_info[0]
-    assert (p.endpoint, p.incarnation, p.upper, p.server_key) == ("tcp://h:1", "i0", (3,), None)
+    assert (p.endpoint, p.incarnation, p.upper, p.server_key, p.generation) == (
+        "tcp://h:1", "i0", (3,), None, 0)  # a row from before generations: 0
     cat.grant("alice", "t", "subscribe")
     assert cat.grants("t") == [Grant("alice", "t", "subscribe")]
     assert Catalog(path).grants() == [Grant("alice", "t", "subscribe")]  # opening again
