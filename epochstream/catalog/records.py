@@ -26,7 +26,7 @@ __all__ = ["PartitionInfo", "TopicInfo", "ROW_COLUMNS", "partition_from_row", "e
            "decode_upper"]
 
 ROW_COLUMNS = ("idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, "
-               "updated_at, lease, server_key, generation")
+               "updated_at, lease, server_key, generation, run")
 """The ``partitions`` columns :func:`partition_from_row` reads, in order (for a ``SELECT``)."""
 
 
@@ -83,7 +83,10 @@ class PartitionInfo:
       ``None`` for plain TCP (docs/security.md);
     - ``generation``: how many incarnations have registered this partition (Kafka's producer
       epoch): each registration by a new incarnation raises it by one, and every write of an
-      older incarnation is refused (:class:`~epochstream.errors.Fenced`).
+      older incarnation is refused (:class:`~epochstream.errors.Fenced`);
+    - ``run``: the run of the topic this registration belongs to (1, 2, ...): a partition that
+      closed is final for its run, and registering it again begins the next run once every
+      partition of its run ended (``SqlCatalog`` ``claim_run``).
     """
 
     index: int
@@ -99,6 +102,7 @@ class PartitionInfo:
     lease: float | None = None
     server_key: str | None = None
     generation: int = 0
+    run: int = 1
 
     @property
     def alive(self) -> bool:
@@ -159,10 +163,10 @@ def partition_from_row(row, now: float | None = None) -> PartitionInfo:
     ``live`` row whose process is not running now (or whose lease expired at ``now``, the
     catalog's clock in seconds, default this machine's) gets state ``"dead"``."""
     (idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, updated_at, lease,
-     server_key, generation) = row
+     server_key, generation, run) = row
     if state == "live" and not holder_alive(pid, pid_start, host, lease, updated_at, now):
         state = "dead"
     return PartitionInfo(index=idx, endpoint=endpoint, ingest=ingest, state=state,
                          incarnation=incarnation, pid=pid, upper=decode_upper(upper),
                          updated_at=updated_at, host=host, pid_start=pid_start, lease=lease,
-                         server_key=server_key, generation=generation)
+                         server_key=server_key, generation=generation, run=run)

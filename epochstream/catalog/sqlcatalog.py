@@ -54,6 +54,7 @@ from .groups import GroupCatalog
 from .history import HistoryCatalog
 from .liveness import check_holder
 from .records import ROW_COLUMNS, TopicInfo, encode_upper, partition_from_row
+from .runs import claim_run
 from .schema import STATES, enable_wal, ensure_postgres_schema, ensure_schema, retry_busy
 from .store import BUSY_TIMEOUT_S, RETRY_DEADLINE_S, PostgresStore, SQLiteStore, retried
 
@@ -309,28 +310,30 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         pid = os.getpid() if pid is None else int(pid)
         pid, pid_start, host, lease = check_holder(pid, pid_start, host, lease)
         with self._write() as conn:
-            generation = self._check_claim(conn, topic, partition, incarnation)
+            generation, run = self._check_claim(conn, topic, partition, incarnation)
             conn.execute(
                 "INSERT INTO partitions (topic, idx, endpoint, ingest, state, incarnation, pid, "
-                "pid_start, host, upper, updated_at, lease, server_key, generation) "
-                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, epoch_now(), ?, ?, ?) "
+                "pid_start, host, upper, updated_at, lease, server_key, generation, run) "
+                "VALUES (?, ?, ?, ?, 'live', ?, ?, ?, ?, ?, epoch_now(), ?, ?, ?, ?) "
                 "ON CONFLICT (topic, idx) DO UPDATE SET endpoint = excluded.endpoint, "
                 "ingest = excluded.ingest, state = excluded.state, "
                 "incarnation = excluded.incarnation, pid = excluded.pid, "
                 "pid_start = excluded.pid_start, host = excluded.host, upper = excluded.upper, "
                 "updated_at = excluded.updated_at, lease = excluded.lease, "
-                "server_key = excluded.server_key, generation = excluded.generation",
+                "server_key = excluded.server_key, generation = excluded.generation, "
+                "run = excluded.run",
                 (topic, partition, endpoint, ingest, incarnation, pid, pid_start, host,
-                 upper_text, lease, server_key, generation))
+                 upper_text, lease, server_key, generation, run))
         return incarnation
 
     def _check_claim(self, conn: Any, topic: str, partition: int,
-                     incarnation: str) -> int:
+                     incarnation: str) -> tuple[int, int]:
         """Inside a write transaction: raise unless ``incarnation`` may claim ``partition`` of
-        ``topic`` (:class:`TopicNotFound`, :class:`CatalogError` for an index out of range,
-        :class:`PartitionHeld` for a live holder with another incarnation); return the
-        generation the claim takes (compare-and-set under the write lock: the stored one plus
-        one for a new incarnation, the same one for a registration repeated)."""
+        ``topic`` (:class:`TopicNotFound`, :class:`CatalogError` for an index out of range or a
+        partition that closed while its run goes on, :class:`PartitionHeld` for a live holder
+        with another incarnation); return the ``(generation, run)`` the claim takes
+        (compare-and-set under the write lock: the stored generation plus one for a new
+        incarnation, the same for a registration repeated; :func:`claim_run`)."""
         row = conn.execute("SELECT partitions FROM topics WHERE name = ?", (topic,)).fetchone()
         if row is None:
             raise TopicNotFound(topic, self._existing(conn))
@@ -338,20 +341,19 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
             raise CatalogError(
                 f"topic {topic!r} has {row[0]} partition(s) (0..{row[0] - 1}); "
                 f"cannot register partition {partition}")
-        held = conn.execute(
-            f"SELECT {ROW_COLUMNS} FROM partitions WHERE topic = ? AND idx = ?",
-            (topic, partition)).fetchone()
-        if held is None:
-            return 1
-        current = partition_from_row(held, _clock(conn))
-        if current.incarnation == incarnation:
-            return max(current.generation, 1)
-        if current.state == "live":
-                raise PartitionHeld(
-                    f"partition {partition} of topic {topic!r} is held by a live publisher "
-                    f"(pid {current.pid} on {current.host}, endpoint {current.endpoint}, "
-                    f"incarnation {current.incarnation}); stop it first")
-        return current.generation + 1
+        now = _clock(conn)
+        infos = [partition_from_row(r, now) for r in conn.execute(
+            f"SELECT {ROW_COLUMNS} FROM partitions WHERE topic = ?", (topic,)).fetchall()]
+        current = next((p for p in infos if p.index == partition), None)
+        if current is not None and current.incarnation == incarnation:
+            return max(current.generation, 1), current.run
+        if current is not None and current.state == "live":
+            raise PartitionHeld(
+                f"partition {partition} of topic {topic!r} is held by a live publisher "
+                f"(pid {current.pid} on {current.host}, endpoint {current.endpoint}, "
+                f"incarnation {current.incarnation}); stop it first")
+        run = claim_run(topic, partition, current, infos)
+        return (0 if current is None else current.generation) + 1, run
 
     @retried
     def close_partition(self, topic: str, partition: int, incarnation: str,

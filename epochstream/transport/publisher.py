@@ -22,6 +22,7 @@ import zmq
 
 from .. import wire
 from ..catalog import Catalog
+from ..catalog.runs import claim_run
 from ..epochlog import LogWriter, partition_dir
 from ..errors import EpochstreamError, Fenced, HistoryWriteError, ProtocolError
 from ..events import LowerFrontierUpdate
@@ -352,6 +353,12 @@ class Publisher:
         prior = catalog.history_state(self.topic, self.partition)
         resumed = prior is not None and bool(prior.lower)
         if prior is not None and not prior.lower:
+            # a finished log continues only where the catalog would take the registration:
+            # refused before the log is touched for a partition closed while its run goes on
+            info = catalog.lookup(self.topic)
+            claim_run(self.topic, self.partition,
+                      next((p for p in info.partition_info if p.index == self.partition), None),
+                      list(info.partition_info))
             fresh, upper_list = self._continue_log(prior, start)
             self._log = LogWriter(catalog, self.topic, self.partition, order, retention,
                                   history_dir(catalog, retention, self.topic, self.partition))

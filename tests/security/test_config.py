@@ -174,12 +174,13 @@ def test_a_version_4_catalog_is_migrated_to_the_current_version(tmp_path):
     conn.execute("DROP TABLE grants")
     conn.execute("ALTER TABLE partitions DROP COLUMN server_key")
     conn.execute("ALTER TABLE partitions DROP COLUMN generation")
+    conn.execute("ALTER TABLE partitions DROP COLUMN run")
     conn.execute("PRAGMA user_version = 4")
     conn.close()
     cat = Catalog(path)
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         columns = {r[1] for r in conn.execute("PRAGMA table_info(partitions)")}
         assert {"server_key", "generation"} <= columns
     finally:
