@@ -860,3 +860,59 @@ def test_record_upper_in_threads_and_a_forked_child(cat):
     assert os.waitstatus_to_exitcode(status) == 0
     assert cat.record_upper("t", 0, incs[0], [2])  # the parent's connection still works
     assert [p.upper for p in cat.lookup("t").partition_info] == [(2,), (49,), (49,), (77,)]
+
+
+def test_a_waiting_lookup_is_woken_by_postgres_notify(pg_url):
+    """On PostgreSQL a waiter sleeps on LISTEN/NOTIFY (polling once a second as the fallback,
+    store.POSTGRES_POLL_S): a registration wakes a waiting lookup at once, not at the next
+    poll. Five rounds; each must be woken well before the fallback poll could."""
+    from epochstream.catalog import store
+
+    assert store.POSTGRES_POLL_S >= 1.0
+    cat = Catalog(pg_url)
+    cat.create_topic("w", partitions=5)
+    woken = []
+    for p in range(5):
+        other = Catalog(pg_url)
+        registered: list = []
+
+        def register():
+            time.sleep(0.3)
+            registered.append(time.monotonic())
+            other.register_partition("w", p, f"tcp://h:{p}")
+        th = threading.Thread(target=register)
+        th.start()
+        info = cat.lookup("w", wait=10) if p == 4 else None
+        if p < 4:  # waiting for partition p to be registered: poll the topic until it is
+            while len(cat.lookup("w").partition_info) <= p:
+                cat.lookup("w", wait=0.0)
+                with cat._store.waker("w") as waker:
+                    waker.wait(5.0)
+        th.join()
+        woken.append(time.monotonic() - registered[0])
+        other.close()
+    assert info is not None and info.complete
+    assert max(woken) < 0.5, woken  # (a lost notification would take up to 1 s)
+
+
+def test_a_waiting_lookup_does_not_poll_postgres_every_50_ms(pg_url, postgres):
+    """A lookup waiting 2 s for a topic that does not come reads the catalog about twice (the
+    once-a-second fallback), not forty times (SQLite's 50 ms poll): counted in the server's own
+    statistics of committed transactions of the database."""
+    import psycopg
+
+    cat = Catalog(pg_url)
+    db = pg_url.rsplit("/", 1)[1]
+
+    def commits() -> int:
+        with psycopg.connect(postgres.admin_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            return conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
+                                (db,)).fetchone()[0]
+    cat.create_topic("other")
+    before = commits()
+    with pytest.raises(TopicNotFound):
+        cat.lookup("never", wait=2.0)
+    time.sleep(0.6)  # the statistics collector's delay (stats_fetch_consistency, flushes)
+    assert commits() - before <= 12, "the waiter polled the database"
+    cat.close()

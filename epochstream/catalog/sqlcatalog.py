@@ -48,7 +48,7 @@ from typing import Any, Iterator
 from ..errors import CatalogError, PartitionHeld, TopicNotFound
 from ..order import by_name
 from ..security import Grant, check_grant, check_server_key
-from .api import (ENV_VAR, POLL_INTERVAL_S, Catalog, CatalogURL, default_catalog_path,
+from .api import (ENV_VAR, Catalog, CatalogURL, default_catalog_path,
                   implementation, location_kind, resolve_path)
 from .groups import GroupCatalog
 from .history import HistoryCatalog
@@ -239,6 +239,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
                     "INSERT INTO topics (name, order_name, codec, partitions, schema, "
                     "partition_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (topic, *wanted, time.time()))
+                self._store.notify(conn, topic)
             elif tuple(row) != wanted:
                 have = TopicInfo(topic, *row[:4], partition_info=(), partition_key=row[4])
                 want = TopicInfo(topic, *wanted[:4], partition_info=(),
@@ -254,6 +255,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM topics WHERE name = ?", (topic,)).fetchone() is None:
                 raise TopicNotFound(topic, self._existing(conn))
+            self._store.notify(conn, topic)
             conn.execute("DELETE FROM partitions WHERE topic = ?", (topic,))
             conn.execute("DELETE FROM topics WHERE name = ?", (topic,))
 
@@ -265,18 +267,19 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
     @retried
     def lookup(self, topic: str, wait: float = 0.0) -> TopicInfo:
         deadline = time.monotonic() + max(0.0, float(wait))
-        while True:
-            with self._snapshot() as conn:
-                info = self._read_topic(conn, topic)
-                existing = self._existing(conn) if info is None else None
-            ready = info is not None and info.complete and all(
-                p.state in STATES for p in info.partition_info)
-            remaining = deadline - time.monotonic()
-            if ready or remaining <= 0:
-                if info is None:
-                    raise TopicNotFound(topic, existing)
-                return info
-            time.sleep(min(POLL_INTERVAL_S, remaining))
+        with self._store.waker(topic if wait > 0 else None) as waker:
+            while True:
+                with self._snapshot() as conn:
+                    info = self._read_topic(conn, topic)
+                    existing = self._existing(conn) if info is None else None
+                ready = info is not None and info.complete and all(
+                    p.state in STATES for p in info.partition_info)
+                remaining = deadline - time.monotonic()
+                if ready or remaining <= 0:
+                    if info is None:
+                        raise TopicNotFound(topic, existing)
+                    return info
+                waker.wait(remaining)
 
     # ---- partitions
 
@@ -324,6 +327,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
                 "run = excluded.run",
                 (topic, partition, endpoint, ingest, incarnation, pid, pid_start, host,
                  upper_text, lease, server_key, generation, run))
+            self._store.notify(conn, topic)
         return incarnation
 
     def _check_claim(self, conn: Any, topic: str, partition: int,
@@ -365,6 +369,8 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
                 "UPDATE partitions SET state = ?, upper = ?, updated_at = epoch_now() "
                 "WHERE topic = ? AND idx = ? AND incarnation = ?",
                 (state, text, topic, partition, incarnation))
+            if cur.rowcount:
+                self._store.notify(conn, topic)
             return cur.rowcount > 0
 
     @retried

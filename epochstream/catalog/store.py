@@ -56,6 +56,15 @@ POSTGRES_SCHEMES = ("postgresql", "postgres")
 WRITE_LOCK_KEY = 0x6570_6F63_6873_7472  # "epochstr": the advisory lock of catalog writes
 """The key of the PostgreSQL advisory lock every catalog write transaction holds (bigint)."""
 
+CHANNEL = "epochstream_catalog"
+"""The PostgreSQL ``NOTIFY`` channel: each write that changes a topic's definition or the state
+of a partition notifies it with the topic's name, when it commits."""
+POSTGRES_POLL_S = 1.0
+"""Seconds a waiter on PostgreSQL looks again without a notification (the worst case: a
+notification lost across a reconnection)."""
+SQLITE_POLL_S = 0.05
+"""Seconds between two looks of a waiter on SQLite (no notifications)."""
+
 POOL_MAX = 8
 """Idle connections one PostgreSQL catalog object keeps at most, per process."""
 
@@ -318,6 +327,49 @@ class SQLiteStore:
         """Close this thread's hot connection (others close when their thread's state goes)."""
         self.drop_hot()
 
+    def notify(self, conn: Any, topic: str) -> None:
+        """(PostgreSQL wakes waiters; on SQLite they poll.)"""
+
+    @contextlib.contextmanager
+    def waker(self, topic: str | None) -> Iterator["_Poll"]:
+        """What a waiter for a change of ``topic`` sleeps on: here every
+        :data:`SQLITE_POLL_S` seconds a new look."""
+        yield _Poll(SQLITE_POLL_S)
+
+
+class _Poll:
+    """A waker that only sleeps (polling): ``wait(remaining)`` sleeps ``min(interval,
+    remaining)`` seconds."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+
+    def wait(self, remaining: float) -> None:
+        time.sleep(max(0.0, min(self.interval, remaining)))
+
+
+class _Listener:
+    """A waker on PostgreSQL: a connection of its own that ``LISTEN``s on :data:`CHANNEL`;
+    ``wait(remaining)`` returns when a notification for its topic arrives, or after at most
+    :data:`POSTGRES_POLL_S` (the fallback: a notification is lost across a reconnection)."""
+
+    def __init__(self, raw: Any, topic: str):
+        self.raw, self.topic = raw, topic
+
+    def wait(self, remaining: float) -> None:
+        timeout = max(0.0, min(POSTGRES_POLL_S, remaining))
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                for note in self.raw.notifies(timeout=left, stop_after=1):
+                    if note.payload == self.topic:
+                        return
+        except Exception:  # noqa: BLE001 - the connection broke: fall back to the poll
+            time.sleep(max(0.0, deadline - time.monotonic()))
+
 
 class _PgConnection:
     """A psycopg connection that takes the catalog's ``?`` SQL (:func:`postgres_sql`)."""
@@ -479,6 +531,25 @@ class PostgresStore:
 
     def drop_hot(self) -> None:
         return None
+
+    def notify(self, conn: Any, topic: str) -> None:
+        """Inside a write transaction: wake the waiters on ``topic`` when it commits."""
+        conn.execute("SELECT pg_notify(?, ?)", (CHANNEL, topic))
+
+    @contextlib.contextmanager
+    def waker(self, topic: str | None) -> Iterator[Any]:
+        """What a waiter for a change of ``topic`` sleeps on (``None``: a waiter that will not
+        wait, no connection): a :class:`_Listener` on a connection of its own."""
+        if topic is None:
+            yield _Poll(POSTGRES_POLL_S)
+            return
+        raw = self.connect()
+        try:
+            raw.execute(f"LISTEN {CHANNEL}")
+            yield _Listener(raw, topic)
+        finally:
+            with contextlib.suppress(Exception):
+                raw.close()
 
     def close(self) -> None:
         """Close this process's idle connections (idempotent); the store is unusable
