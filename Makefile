@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(VENV)/bin/epochstream demo $(ARGS)
 
 # The demo on a Spark standalone cluster on this machine (a master and two workers, each its own
-# JVM) with a network catalog (`epochstream catalog serve`), all stopped at the end, on failure
+# JVM) with a PostgreSQL catalog (a throwaway server, PostgreSQL 15 from Debian), all stopped at the end, on failure
 # and Ctrl-C too. ARGS as for demo: --days N, --pace S (and --workers N, --keep-logs).
 demo-cluster: $(STAMP)
 	$(PY) -m epochstream._demo.cluster demo $(ARGS)

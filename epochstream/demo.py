@@ -55,7 +55,7 @@ from ._demo.display import LiveDisplay
 from ._demo.subscribers import DemoSubscribers, SubResult
 from ._demo.terminal import cli_command, fd2_to, tail_command
 from ._demo.verify import print_report
-from .catalog import Catalog, is_catalog_url
+from .catalog import Catalog, location_kind
 from .errors import CatalogError, EpochstreamError, PartitionHeld
 
 if TYPE_CHECKING:
@@ -268,7 +268,9 @@ class _Run:
         ok = print_report(self.console, subs.results, self.files, h.stats(),
                           query_error is None, (self.t_setup, self.t_query, self.t_end),
                           self.pacing.pace)
-        served = " while the catalog service runs" if is_catalog_url(str(self.cat.path)) else ""
+        kind = location_kind(str(self.cat.path))
+        served = {"tcp": " while the catalog service runs",
+                  "postgresql": " while the database runs"}.get(kind, "")
         self.console.print(f"the topic stays in the catalog, closed: "
                            f"'{escape(cli_command())} topics{escape(self.same_catalog)}' shows "
                            f"it{served}")

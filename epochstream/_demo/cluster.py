@@ -1,5 +1,6 @@
-"""A standalone Spark cluster on this machine, and a network catalog beside it: what
-``make demo-cluster`` runs the demo on, and what the cluster tests use.
+"""A standalone Spark cluster on this machine, and its catalog beside it: what
+``make demo-cluster`` runs the demo on (with a PostgreSQL catalog), and what the cluster tests
+use (with a network catalog).
 
 - :class:`LocalCluster` starts a master and ``workers`` workers, each its own JVM started with
   PySpark's ``bin/spark-class org.apache.spark.deploy.master.Master`` / ``...worker.Worker``
@@ -10,8 +11,9 @@
   group it started (``SIGTERM``, then ``SIGKILL``), also after a failed start.
 - :class:`CatalogService` runs ``epochstream catalog serve --db PATH --bind
   tcp://127.0.0.1:*`` as a process (its own group) and gives its URL.
-- :func:`main` (``python -m epochstream._demo.cluster``): ``demo [DEMO OPTIONS]`` starts both,
-  runs :func:`epochstream.demo.main` on ``spark://...`` with the catalog's ``tcp://`` URL, and
+- :func:`main` (``python -m epochstream._demo.cluster``): ``demo [DEMO OPTIONS]`` starts a
+  throwaway PostgreSQL server (:mod:`epochstream.testing.postgres`) and the cluster, runs
+  :func:`epochstream.demo.main` on ``spark://...`` with the ``postgresql://`` catalog, and
   stops everything, on failure and Ctrl-C too; ``start --dir DIR`` leaves a cluster running (its
   master URL on stdout, its processes in ``DIR/cluster.json``) and ``stop --dir DIR`` ends it.
 """
@@ -388,29 +390,33 @@ def _terminate_on_sigterm() -> Iterator[None]:
 
 
 def run_demo(days: int = 365, pace: float = 0.0, workers: int = 2, keep: bool = False) -> int:
-    """Start a catalog service and a local cluster, run the demo on them (``spark://`` master,
-    ``tcp://`` catalog), stop both; returns the demo's exit status (130 on Ctrl-C)."""
+    """Start PostgreSQL (the catalog, :class:`~epochstream.testing.postgres.PostgresServer`)
+    and a local cluster, run the demo on them (``spark://`` master, ``postgresql://`` catalog),
+    stop both; returns the demo's exit status (130 on Ctrl-C)."""
     from rich.console import Console
 
     from .. import demo
 
+    from ..testing.postgres import PostgresServer
+
     console = Console()
     root = Path(tempfile.mkdtemp(prefix="epochstream-demo-cluster-"))
     cluster = LocalCluster(root / "spark", workers=workers)
-    service = CatalogService(root / "catalog" / "catalog.sqlite", log=root / "catalog.log")
+    postgres: PostgresServer | None = None
     status = 1
     try:
         with _terminate_on_sigterm():
-            with console.status("starting a catalog service and a Spark standalone cluster "
-                                f"(a master and {workers} workers, 1 core each)..."):
-                service.start()
+            with console.status("starting PostgreSQL (the catalog) and a Spark standalone "
+                                f"cluster (a master and {workers} workers, 1 core each)..."):
+                postgres = PostgresServer()
                 cluster.start()
             console.print(f"[bold]cluster[/]: master {cluster.master_url} (web UI "
                           f"{cluster.web_url}), {workers} workers, up in "
-                          f"{cluster.started_s:.1f} s; [bold]catalog[/]: {service.url} "
-                          f"(database {service.db})")
-            assert cluster.master_url is not None and service.url is not None
-            status = demo.main(days=days, pace=pace, catalog=service.url,
+                          f"{cluster.started_s:.1f} s; [bold]catalog[/]: PostgreSQL "
+                          f"{postgres.url_of('epochstream').split('@')[-1]} (every process, "
+                          f"driver and executors, talks to the database)")
+            assert cluster.master_url is not None
+            status = demo.main(days=days, pace=pace, catalog=postgres.url,
                                master=cluster.master_url)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")
@@ -421,12 +427,13 @@ def run_demo(days: int = 365, pace: float = 0.0, workers: int = 2, keep: bool = 
     finally:
         with _terminate_on_sigterm(), contextlib.suppress(KeyboardInterrupt):
             cluster.stop(remove=False)
-            service.stop()
+            if postgres is not None:
+                postgres.close()
         if status not in (0, 130) or keep:
             console.print(f"logs kept in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-        console.print("cluster and catalog service stopped")
+        console.print("cluster and PostgreSQL stopped")
     return status
 
 
