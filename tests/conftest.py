@@ -49,8 +49,11 @@ def pg_url(postgres) -> str:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def catalog_location(request, tmp_path):
-    """Where a test's catalog lives: a SQLite file, then a PostgreSQL database."""
+def catalog_location(request, tmp_path, monkeypatch):
+    """Where a test's catalog lives: a SQLite file, then a PostgreSQL database (whose local
+    stand-in directory, for epoch logs with ``Retention(dir=None)``, goes under ``tmp_path``
+    through ``$EPOCHSTREAM_HOME``, which child processes inherit)."""
     if request.param == "sqlite":
         return tmp_path / "cat.sqlite"
+    monkeypatch.setenv("EPOCHSTREAM_HOME", str(tmp_path / "home"))
     return request.getfixturevalue("pg_url")

@@ -136,13 +136,13 @@ def _finished(cat, topic, name, n) -> None:
     assert g.position == (n,)
 
 
-def test_three_workers_share_300_epochs_and_a_killed_workers_leases_are_redelivered(tmp_path):
+def test_three_workers_share_300_epochs_and_a_killed_workers_leases_are_redelivered(tmp_path, catalog_location):
     """One of three workers is killed at a moment it holds leases: exactly those epochs are
     redelivered, to the others, and every epoch is acked once. What it held is read from the
     catalog with the victim stopped just before the kill, not from its log (issue 26: on a
     loaded machine the kill landed between a fetch of 45, 46, 47 and its lines for 46 and 47,
     and a test that trusted the log expected {45})."""
-    cat = Catalog(tmp_path)
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     _publish(cat, "jobs", 300)
     procs = [_worker(cat, "jobs", "g", work=0.002, max_epochs=3) for _ in range(3)]
     for p in procs:
@@ -213,8 +213,8 @@ def test_a_worker_killed_anywhere_in_a_fetch_or_an_ack_has_exactly_its_unacked_e
     _finished(cat, "jobs", "g", 9)
 
 
-def test_partial_mode_leases_incomparable_epochs_together_and_comparable_ones_in_order(tmp_path):
-    cat = Catalog(tmp_path)
+def test_partial_mode_leases_incomparable_epochs_together_and_comparable_ones_in_order(tmp_path, catalog_location):
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     times = [(d, i) for d in range(3) for i in range(3)]  # (day, iteration)
     _publish(cat, "grid", 0, order=product(2), times=times)
     g = EpochGroup("grid", "p", cat, mode="partial")
@@ -236,8 +236,8 @@ def test_partial_mode_leases_incomparable_epochs_together_and_comparable_ones_in
         assert not any(product(2).le(u, t) for u in unacked)
 
 
-def test_an_ack_after_the_lease_expired_is_refused_and_the_epoch_completes_once(tmp_path):
-    cat = Catalog(tmp_path)
+def test_an_ack_after_the_lease_expired_is_refused_and_the_epoch_completes_once(tmp_path, catalog_location):
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     _publish(cat, "jobs", 2)
     slow = EpochGroup("jobs", "g", cat, ack_wait=0.2, worker="slow")
     fast = EpochGroup("jobs", "g", cat, ack_wait=0.2, worker="fast")
@@ -253,11 +253,11 @@ def test_an_ack_after_the_lease_expired_is_refused_and_the_epoch_completes_once(
         again.ack()
 
 
-def test_an_ack_whose_deadline_passed_is_refused_even_if_nobody_leased_the_epoch_again(tmp_path):
+def test_an_ack_whose_deadline_passed_is_refused_even_if_nobody_leased_the_epoch_again(tmp_path, catalog_location):
     """A worker slowed past ``ack_wait`` (a loaded machine) whose epoch nobody took meanwhile:
     its ack is refused, not accepted late — it did not count, the worker is told so — and the
     epoch is delivered again (issue 26)."""
-    cat = Catalog(tmp_path)
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     _publish(cat, "jobs", 1)
     g = EpochGroup("jobs", "g", cat, ack_wait=0.2)
     lease = g.fetch(1)[0]
@@ -271,8 +271,8 @@ def test_an_ack_whose_deadline_passed_is_refused_even_if_nobody_leased_the_epoch
     assert g.fetch(1, expires=0.2) == [] and g.position == (1,)
 
 
-def test_max_deliver_goes_to_the_dead_letter_topic_whole_or_stops_the_group(tmp_path):
-    cat = Catalog(tmp_path)
+def test_max_deliver_goes_to_the_dead_letter_topic_whole_or_stops_the_group(tmp_path, catalog_location):
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     _publish(cat, "jobs", 2)
     g = EpochGroup("jobs", "dl", cat, max_deliver=2, dead_letter="jobs.dead")
     for _ in range(2):
@@ -294,10 +294,10 @@ def test_max_deliver_goes_to_the_dead_letter_topic_whole_or_stops_the_group(tmp_
         EpochGroup("jobs", "stop", cat, max_deliver=1).fetch(1, expires=1)
 
 
-def test_key_shared_keeps_per_key_order_across_workers_joining_and_leaving(tmp_path):
+def test_key_shared_keeps_per_key_order_across_workers_joining_and_leaving(tmp_path, catalog_location):
     """Records keyed by customer over 12 epochs; workers join and leave (one abandons its
     leases, which expire); every customer's records are processed in epoch order, each once."""
-    cat = Catalog(tmp_path)
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     customers = ["ann", "bob", "cyd", "dan", "eve", "fay"]
     with Publisher("orders", catalog=cat, retention=Retention()) as pub:
         for t in range(12):
@@ -331,11 +331,11 @@ def test_key_shared_keeps_per_key_order_across_workers_joining_and_leaving(tmp_p
         assert seen.get(cust) == want, cust  # in order, each once
 
 
-def test_key_shared_worker_processes_keep_per_key_order_when_one_is_killed(tmp_path):
+def test_key_shared_worker_processes_keep_per_key_order_when_one_is_killed(tmp_path, catalog_location):
     """Three key_shared worker processes over 60 epochs of keyed records; one is killed with
     SIGKILL mid-way (its buckets move to the others at once). Every (epoch, customer) record is
     processed, and for every customer the epochs were acked in increasing order."""
-    cat = Catalog(tmp_path)
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     customers = [f"c{i}" for i in range(12)]
     with Publisher("orders", catalog=cat, retention=Retention()) as pub:
         for t in range(60):

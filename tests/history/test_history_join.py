@@ -21,9 +21,9 @@ def _collect(sub, out, timeout=10.0):
         out.append(e)
 
 
-def test_subscriber_started_after_the_publisher_finished_gets_every_epoch(tmp_path):
+def test_subscriber_started_after_the_publisher_finished_gets_every_epoch(tmp_path, catalog_location):
     """The README hello-world case: the subscriber starts second, after the stream ended."""
-    cat = Catalog(tmp_path)
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     with Publisher("hello", catalog=cat, retention=Retention()) as pub:
         for t in range(3):
             pub.send(t, [["hello", t]])
@@ -33,8 +33,8 @@ def test_subscriber_started_after_the_publisher_finished_gets_every_epoch(tmp_pa
     assert got == [(0, [("hello", 0)]), (1, [("hello", 1)]), (2, [("hello", 2)])]
 
 
-def test_a_position_is_inclusive(tmp_path):
-    cat = Catalog(tmp_path)
+def test_a_position_is_inclusive(tmp_path, catalog_location):
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     with Publisher("t", catalog=cat, retention=Retention()) as pub:
         for t in range(6):
             pub.send(t, [[t]])
@@ -45,11 +45,11 @@ def test_a_position_is_inclusive(tmp_path):
         assert [e.time for e in sub.epochs(timeout=5)] == []
 
 
-def test_join_in_the_middle_of_an_epoch_of_two_product_partitions(tmp_path):
+def test_join_in_the_middle_of_an_epoch_of_two_product_partitions(tmp_path, catalog_location):
     """Partition 0 has sent half of epoch (1, 0) and all of (0, 1) when the subscriber joins at
     [(0, 0)]: the live filter drops both epochs; history supplies them, whole, once complete,
     and the later epochs come live; nothing twice."""
-    cat = Catalog(tmp_path)
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     order = product(2)
     kw = dict(order=order, catalog=cat, partitions=2, retention=Retention())
     p0, p1 = Publisher("grid", 0, **kw), Publisher("grid", 1, **kw)
@@ -96,8 +96,8 @@ def test_join_in_the_middle_of_an_epoch_of_two_product_partitions(tmp_path):
     assert sub.stats["history_epochs"] >= 2
 
 
-def test_position_without_history_for_begun_epochs_is_refused(tmp_path):
-    cat = Catalog(tmp_path)
+def test_position_without_history_for_begun_epochs_is_refused(tmp_path, catalog_location):
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     with Publisher("plain", catalog=cat) as pub:  # no retention
         pub.send(0, [[0]])
         pub.advance_to(1)
@@ -113,10 +113,10 @@ def test_position_without_history_for_begun_epochs_is_refused(tmp_path):
             assert next(it).time == 1
 
 
-def test_an_evicted_subscriber_with_recover_is_filled_from_history_not_a_gap(tmp_path):
+def test_an_evicted_subscriber_with_recover_is_filled_from_history_not_a_gap(tmp_path, catalog_location):
     """A subscriber that is evicted (lagged) re-joins; with retention the epochs it missed come
     from the log: no Gap, every epoch once and whole."""
-    cat = Catalog(tmp_path)
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     n_epochs, per = 40, 5
     pub = Publisher("lag", catalog=cat, retention=Retention(), max_queue_messages=5,
                     sndhwm=2)
@@ -146,12 +146,12 @@ def test_an_evicted_subscriber_with_recover_is_filled_from_history_not_a_gap(tmp
     assert sub.stats["rejoins_filled"] >= 1
 
 
-def test_a_catch_up_that_races_retention_gets_an_explicit_error_not_corruption(tmp_path):
+def test_a_catch_up_that_races_retention_gets_an_explicit_error_not_corruption(tmp_path, catalog_location):
     """The subscriber joins (its history fill names epoch 0) but reads only after retention
     deleted epoch 0's segment: before, HistoryCorrupt ("missing"); now the durable subscription
     expires explicitly, and a plain subscriber gets HistoryUnavailable; nothing partial."""
     from epochstream import SubscriptionExpired
-    cat = Catalog(tmp_path)
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     ret = Retention(max_epochs=4, segment_bytes=4096, max_bytes=None, max_age=None)
     pub = Publisher("r", catalog=cat, retention=ret)
     try:
@@ -174,12 +174,12 @@ def test_a_catch_up_that_races_retention_gets_an_explicit_error_not_corruption(t
         pub.close()
 
 
-def test_a_latest_subscriber_of_a_closed_topic_says_so_or_waits_for_the_next_run(tmp_path):
+def test_a_latest_subscriber_of_a_closed_topic_says_so_or_waits_for_the_next_run(tmp_path, catalog_location):
     """Issue 16: before, Subscriber("t") on a topic an earlier run closed succeeded with nothing
     (0 epochs). Now it raises TopicClosed after ``wait``, follows a new run that starts within
     ``wait``, and start="earliest" still replays what the topic retains."""
     from epochstream import TopicClosed
-    cat = Catalog(tmp_path)
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
     with Publisher("t", catalog=cat, retention=Retention()) as pub:
         pub.send(0, [[0]])
         pub.advance_to(1)
