@@ -381,12 +381,14 @@ class _Pool:
 # 1, 2, 4: throughput runs
 
 def throughput_run(pool: _Pool, *, mode: str, work: float, workers: int, duration: float,
-                   chains: int | None = None, base: str | None = None, time_limit: float = 60.0) -> dict:
-    """One time-based run: a fresh catalog, the pool's publisher feeding ``LEAD`` epochs ahead,
+                   chains: int | None = None, base: str | None = None, time_limit: float = 60.0,
+                   catalog: str | None = None) -> dict:
+    """One time-based run: a fresh catalog (a SQLite file in a new directory, or ``catalog``,
+    e.g. a new PostgreSQL database's URL), the pool's publisher feeding ``LEAD`` epochs ahead,
     ``workers`` pool workers in group ``mode``."""
     d = tempfile.mkdtemp(prefix="es-bench-groups-", dir=base)
     topic = f"jobs-{os.getpid()}-{next(_ids)}"
-    cfg = {"dir": d, "topic": topic, "group": "g", "mode": mode, "work": work, "poll": POLL,
+    cfg = {"dir": catalog or d, "topic": topic, "group": "g", "mode": mode, "work": work, "poll": POLL,
            "ack_wait": ACK_WAIT, "lead": LEAD, "chains": chains}
     row = {"mode": mode, "work_ms": work * 1e3, "workers": workers, "chains": chains,
            "duration_s": duration, "lead": LEAD, "records_per_epoch": RECORDS_PER_EPOCH,
