@@ -149,3 +149,25 @@ def test_the_catalog_refuses_a_fenced_incarnation(pg_url):
     info = cat.lookup("f").partition_info[0]
     assert (info.state, info.incarnation) == ("live", new)
     cat.close()
+
+
+def test_a_durable_holder_on_postgres_holds_a_renewed_lease(pg_url):
+    """On PostgreSQL a durable subscription's holder has a lease (judged on the database's
+    clock) that its catalog object renews: alive through several leases while its process
+    runs, free once renewals stop (a holder on another machine whose process died: its pid
+    cannot be checked from here), taken without takeover=True."""
+    holder = Catalog(pg_url, lease=0.6)
+    holder.create_topic("d")
+    holder.durable_claim("d", "dur", "h1")
+    other = Catalog(pg_url, lease=0.6)
+    time.sleep(1.5)  # 2.5 leases: alive through renewals
+    info = other.durable("d", "dur")
+    assert info.holder == "h1" and info.holder_alive
+    from epochstream.errors import SubscriptionHeld
+    with pytest.raises(SubscriptionHeld):
+        other.durable_claim("d", "dur", "h2")
+    holder.close()  # renewals stop, as when its process dies
+    time.sleep(1.0)
+    assert not other.durable("d", "dur").holder_alive
+    assert other.durable_claim("d", "dur", "h2").holder == "h2"
+    other.close()

@@ -67,6 +67,7 @@ from .groups import Claimed, ClaimView, GroupEpoch, GroupInfo
 from .history import DurableInfo, EpochRecord, HistoryState
 from .liveness import HOST, process_start
 from .records import TopicInfo
+from .renewals import Renewals
 from .schema import STATES
 from .sqlcatalog import topic_definition
 
@@ -197,10 +198,7 @@ class RemoteCatalog(Catalog):
         self._pid = os.getpid()
         self._idle: list[tuple[zmq.Socket, float]] = []  # (socket, monotonic time returned)
         self._ids = itertools.count(1)
-        self._held: dict[tuple, str] = {}  # ("p", topic, partition) / ("d", topic, name) -> id
-        self._held_lock = threading.Lock()
-        self._renewer: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._leases = Renewals(self, self.lease / 3, self.url)
         self._identity: tuple | None = None
 
     def __repr__(self) -> str:
@@ -310,14 +308,12 @@ class RemoteCatalog(Catalog):
     def close(self) -> None:
         """Stop renewing leases (partitions registered through this client read as ``dead``
         once their lease passes) and close the idle sockets. Later calls open new sockets."""
-        self._stop.set()
+        self._leases.close()
         with self._pool_lock:
             self._closed = True
             idle, self._idle = self._idle, []
         for s, _ in idle:
             s.close(0)
-        with self._held_lock:
-            self._held.clear()
 
     def _reap(self, now: float) -> bool:
         """Close the pooled sockets idle for ``IDLE_S`` or more; True while some stay pooled."""
@@ -356,43 +352,23 @@ class RemoteCatalog(Catalog):
         with self._pool_lock:
             if self._pid != os.getpid():
                 self._reset_process()
-        with self._held_lock:
-            self._held[key] = ident
-            if self._renewer is None or self._stop.is_set():
-                self._stop = threading.Event()
-                self._renewer = threading.Thread(
-                    target=_renew_loop, args=(weakref.ref(self), self._stop, self.lease / 3),
-                    daemon=True, name=f"epochstream-catalog-leases-{self.url}")
-                self._renewer.start()
+        self._leases.hold(key, ident)
 
     def _drop(self, key: tuple, ident: str | None = None) -> None:
-        with self._held_lock:
-            if ident is None or self._held.get(key) == ident:
-                self._held.pop(key, None)
+        self._leases.drop(key, ident)
 
     def renew(self) -> int:
         """Renew now every lease this client holds (the background thread does so every
         ``lease / 3`` seconds); returns how many are still held. A lease the catalog no longer
         grants (the partition was taken over or dropped, the subscription reset) is forgotten.
         Raises :class:`~epochstream.errors.CatalogUnavailable` if the server does not answer."""
-        with self._held_lock:
-            held = list(self._held.items())
-        kept = 0
-        for key, ident in held:
-            kind, topic, what = key
-            ok = self._call("heartbeat" if kind == "p" else "durable_renew", topic, what, ident)
-            if ok:
-                kept += 1
-            else:
-                self._drop(key, ident)
-        return kept
+        return self._leases.renew()
 
     @property
     def held(self) -> list[tuple]:
         """The leases this client renews: ``("partition", topic, index)`` and
         ``("durable", topic, name)``."""
-        with self._held_lock:
-            return [("partition" if k[0] == "p" else "durable", k[1], k[2]) for k in self._held]
+        return self._leases.held
 
     # ---- the methods that do more than forward
 
@@ -612,29 +588,3 @@ def _reap_loop() -> None:
             except Exception:  # noqa: BLE001 - a closed client or a closed context: skip it
                 log.debug("catalog idle-socket reaper: %s", cat, exc_info=True)
         del clients
-
-
-def _renew_loop(ref: "weakref.ref[RemoteCatalog]", stop: threading.Event, interval: float) -> None:
-    """The lease renewer of one client (a daemon thread): ``renew()`` every ``interval``
-    seconds until ``stop`` is set, the client is gone or it holds nothing any more."""
-    failing = False
-    while not stop.wait(interval):
-        cat = ref()
-        if cat is None:
-            return
-        try:
-            with cat._held_lock:
-                if not cat._held or stop.is_set():  # _hold starts a new renewer if needed
-                    if cat._renewer is threading.current_thread():
-                        cat._renewer = None
-                    return
-            cat.renew()
-            if failing:
-                log.warning("catalog %s: lease renewals work again", cat.url)
-            failing = False
-        except Exception as e:  # noqa: BLE001 - keep trying: the server may come back
-            if not failing:
-                log.warning("catalog %s: could not renew leases: %s", cat.url, e)
-            failing = True
-        finally:
-            del cat

@@ -193,13 +193,20 @@ _DURABLE_COLUMNS = ("topic, name, position, acked, state, holder, holder_pid, ho
                     "holder_host, created_at, acked_at, reason, holder_lease, holder_seen")
 
 
-def _durable(row) -> DurableInfo:
+def _durable(row, now: float | None = None) -> DurableInfo:
+    """The :class:`DurableInfo` of one row; its holder's lease judged at ``now`` (the catalog's
+    clock, ``epoch_now()``)."""
     (topic, name, position, acked, state, holder, pid, pid_start, host, created, acked_at,
      reason, lease, seen) = row
-    alive = holder is not None and holder_alive(pid, pid_start, host, lease, seen)
+    alive = holder is not None and holder_alive(pid, pid_start, host, lease, seen, now)
     return DurableInfo(topic, name, None if position is None else decode_upper(position),
                        decode_upper(acked), state, holder, alive, pid, host, created, acked_at,
                        reason)
+
+
+def _clock(conn) -> float:
+    """The catalog's clock (``epoch_now()``: the database server's on PostgreSQL)."""
+    return float(conn.execute("SELECT epoch_now()").fetchone()[0])
 
 
 def _check_writer(conn, topic: str, partition: int, incarnation: str) -> None:
@@ -209,8 +216,7 @@ def _check_writer(conn, topic: str, partition: int, incarnation: str) -> None:
                        (topic, partition)).fetchone()
     if row is None:
         return
-    now = float(conn.execute("SELECT epoch_now()").fetchone()[0])
-    holder = partition_from_row(row, now)
+    holder = partition_from_row(row, _clock(conn))
     if holder.incarnation != incarnation and holder.state == "live":
         raise Fenced(f"partition {partition} of topic {topic!r} is held by incarnation "
                      f"{holder.incarnation} (generation {holder.generation}, pid {holder.pid} on "
@@ -394,14 +400,16 @@ class HistoryCatalog:
             else:
                 rows = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? "
                                     f"ORDER BY name", (topic,)).fetchall()
-        return [_durable(r) for r in rows]
+            now = _clock(conn)
+        return [_durable(r, now) for r in rows]
 
     @retried
     def durable(self, topic: str, name: str) -> DurableInfo | None:
         with self._connect() as conn:
             row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
                                f"name = ?", (topic, name)).fetchone()
-        return None if row is None else _durable(row)
+            now = _clock(conn)
+        return None if row is None else _durable(row, now)
 
     @retried
     def durable_claim(self, topic: str, name: str, holder: str, *,
@@ -417,7 +425,7 @@ class HistoryCatalog:
                 raise TopicNotFound(topic, self._existing(conn))
             row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
                                f"name = ?", (topic, name)).fetchone()
-            now = time.time()
+            now = _clock(conn)  # leases are stamped and judged on the catalog's clock
             if row is None:
                 conn.execute(
                     "INSERT INTO durables (topic, name, position, state, holder, holder_pid, "
@@ -425,7 +433,7 @@ class HistoryCatalog:
                     "VALUES (?, ?, NULL, 'active', ?, ?, ?, ?, ?, ?, ?)",
                     (topic, name, holder, pid, pid_start, host, now, lease, now))
             else:
-                info = _durable(row)
+                info = _durable(row, now)
                 if info.state == "expired":
                     retained = self._retained_since(conn, topic)
                     raise SubscriptionExpired(
@@ -444,7 +452,7 @@ class HistoryCatalog:
                     "name = ?", (holder, pid, pid_start, host, lease, now, topic, name))
             row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
                                f"name = ?", (topic, name)).fetchone()
-            return _durable(row)
+            return _durable(row, now)
 
     @staticmethod
     def _retained_since(conn, topic: str) -> tuple:
@@ -465,9 +473,9 @@ class HistoryCatalog:
         now = time.time()
         with self._hot_write("FULL") as conn:  # an ack: the consumer's hot path
             cur = conn.execute(
-                "UPDATE durables SET position = ?, acked = ?, acked_at = ?, holder_seen = ? "
-                "WHERE topic = ? AND name = ? AND holder = ? AND state = 'active'",
-                (text, encode_upper(acked), now, now, topic, name, holder))
+                "UPDATE durables SET position = ?, acked = ?, acked_at = ?, "
+                "holder_seen = epoch_now() WHERE topic = ? AND name = ? AND holder = ? "
+                "AND state = 'active'", (text, encode_upper(acked), now, topic, name, holder))
             return cur.rowcount > 0
 
     @retried
@@ -479,8 +487,8 @@ class HistoryCatalog:
     @retried
     def durable_renew(self, topic: str, name: str, holder: str) -> bool:
         with self._write("NORMAL") as conn:
-            cur = conn.execute("UPDATE durables SET holder_seen = ? WHERE topic = ? AND name = ? "
-                               "AND holder = ?", (time.time(), topic, name, holder))
+            cur = conn.execute("UPDATE durables SET holder_seen = epoch_now() WHERE topic = ? "
+                               "AND name = ? AND holder = ?", (topic, name, holder))
             return cur.rowcount > 0
 
     @retried

@@ -51,14 +51,19 @@ from ..security import Grant, check_grant, check_server_key
 from .api import (ENV_VAR, Catalog, CatalogURL, default_catalog_path,
                   implementation, location_kind, resolve_path)
 from .groups import GroupCatalog
-from .history import HistoryCatalog
+from .history import DurableInfo, HistoryCatalog
 from .liveness import check_holder
 from .records import ROW_COLUMNS, TopicInfo, encode_upper, partition_from_row
+from .renewals import Renewals
 from .runs import claim_run
 from .schema import STATES, enable_wal, ensure_postgres_schema, ensure_schema, retry_busy
 from .store import BUSY_TIMEOUT_S, RETRY_DEADLINE_S, PostgresStore, SQLiteStore, retried
 
 __all__ = ["SqlCatalog", "topic_definition", "DEFAULT_LEASE_S"]
+
+RENEW_S = 2.0
+"""Seconds between two renewals of what a PostgreSQL catalog object holds (at most a third of
+its lease)."""
 
 DEFAULT_LEASE_S = 9.0
 """Seconds of the lease a partition registered in a PostgreSQL catalog holds (its publisher
@@ -166,6 +171,10 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
             store = SQLiteStore(self.path)
             _open_sqlite(store)
         self._store = store
+        # the durable subscriptions this object claims, renewed in the background (a
+        # partition's lease is renewed by its publisher: transport/lease_keeper.py)
+        self._leases = (None if self.lease is None
+                        else Renewals(self, min(RENEW_S, self.lease / 3), store.where))
         self._connect = store.read
         self._snapshot = store.snapshot
         self._write = store.write
@@ -200,7 +209,24 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         return f"Catalog({self._store.where!r})"
 
     def close(self) -> None:
+        if self._leases is not None:
+            self._leases.close()
         self._store.close()
+
+    def durable_claim(self, topic: str, name: str, holder: str, *, takeover: bool = False,
+                      pid: int | None = None, pid_start: float | None = None,
+                      host: str | None = None, lease: float | None = None) -> DurableInfo:
+        info = super().durable_claim(topic, name, holder, takeover=takeover, pid=pid,
+                                     pid_start=pid_start, host=host,
+                                     lease=self.lease if lease is None else lease)
+        if self._leases is not None and pid is None:  # this process holds it: renew it
+            self._leases.hold(("d", topic, name), holder)
+        return info
+
+    def durable_release(self, topic: str, name: str, holder: str) -> None:
+        if self._leases is not None:
+            self._leases.drop(("d", topic, name), holder)
+        super().durable_release(topic, name, holder)
 
     @staticmethod
     def _existing(conn: Any) -> list[str]:
