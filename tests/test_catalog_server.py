@@ -427,15 +427,15 @@ def test_killed_publisher_lease_expires_and_a_new_one_takes_over(served):
         killed = time.monotonic()
         with pytest.raises(PartitionHeld):  # the lease still runs for a while
             cat.register_partition("leased", 0, "tcp://127.0.0.1:3")
-        while cat.lookup("leased").partition_info[0].state != "dead":
+        while cat.lookup("leased").partition_info[0].state != "expired":
             assert time.monotonic() - killed < lease + 2.0, "the lease did not expire"
             time.sleep(0.05)
         dead_after = time.monotonic() - killed
         assert dead_after <= lease + 0.5  # renewed every lease/3 s until the kill
         result = CliRunner(env=CLI_ENV).invoke(app, ["topics", "--catalog", url])
         assert result.exit_code == 0, result.output
-        assert re.search(r"leased .* dead", result.output), result.output
-        with pytest.raises(PublisherLost, match="is dead"):  # what a subscriber sees
+        assert re.search(r"leased .* expired", result.output), result.output
+        with pytest.raises(PublisherLost, match="let its lease expire"):  # a subscriber sees
             Subscriber("leased", catalog=url, wait=0)
         assert not cat.durable("leased", "dur").holder_alive
         info = cat.durable_claim("leased", "dur", "new-holder")  # no takeover needed
@@ -458,10 +458,10 @@ def test_renewals_stop_when_the_partition_is_closed(server):
     assert cat.held == [("partition", "r", 1)]
     time.sleep(1.0)
     assert [p.state for p in cat.lookup("r").partition_info] == ["closed", "live"]
-    cat.close()  # no more renewals: partition 1 dies once its lease passes
+    cat.close()  # no more renewals: partition 1 expires once its lease passes
     time.sleep(0.9)
     assert [p.state for p in Catalog(server.endpoint).lookup("r").partition_info] == \
-        ["closed", "dead"]
+        ["closed", "expired"]
 
 
 # ---- bad input ---------------------------------------------------------------------------------

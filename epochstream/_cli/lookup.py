@@ -45,7 +45,7 @@ def cannot_tail(info: TopicInfo, replays: bool = False) -> Optional[tuple[int, s
     name, n = info.name, info.partitions
     registered = {p.index for p in info.partition_info}
     missing = [i for i in range(n) if i not in registered]
-    dead = [p for p in info.partition_info if p.state == "dead"]
+    dead = [p for p in info.partition_info if p.state in ("dead", "expired")]
     aborted = [p for p in info.partition_info if p.state == "aborted"]
     closed = [p for p in info.partition_info if p.state == "closed"]
     if dead:

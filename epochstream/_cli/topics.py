@@ -12,7 +12,7 @@ __all__ = ["STATE_STYLE", "topics_table"]
 
 #: The colour of each partition state in the table.
 STATE_STYLE = {"live": "green", "closed": "blue", "aborted": "magenta", "dead": "red",
-               "unregistered": "yellow"}
+               "expired": "red", "unregistered": "yellow"}
 
 
 def topics_table(topics: list[TopicInfo]) -> Table:

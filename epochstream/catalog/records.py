@@ -18,7 +18,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from .liveness import holder_alive
+from .liveness import holder_alive, lease_alive
 from ..errors import CatalogError
 from ..order import by_name
 
@@ -62,7 +62,8 @@ class PartitionInfo:
     - ``index``: partition number, ``0 <= index < TopicInfo.partitions``;
     - ``endpoint``: ZeroMQ endpoint of its publisher; ``ingest``: optional second endpoint;
     - ``state``: ``"live"``, ``"closed"`` (finished cleanly), ``"aborted"`` (stopped on an error;
-      its open epochs will never complete) or ``"dead"`` (stored ``live`` but the process is
+      its open epochs will never complete), ``"expired"`` (stored ``live``, registered with a
+      lease that was not renewed in time) or ``"dead"`` (stored ``live`` but the process is
       gone, judged when read);
     - ``incarnation``: id of the publisher run; ``pid``: its process id;
     - ``upper``: the stored upper frontier, a tuple of times (ints, or tuples of ints for product
@@ -161,11 +162,14 @@ class TopicInfo:
 def partition_from_row(row, now: float | None = None) -> PartitionInfo:
     """The :class:`PartitionInfo` of one ``partitions`` row read with :data:`ROW_COLUMNS`; a
     ``live`` row whose process is not running now (or whose lease expired at ``now``, the
-    catalog's clock in seconds, default this machine's) gets state ``"dead"``."""
+    catalog's clock in seconds, default this machine's) gets state ``"expired"`` (its lease ran
+    out) or ``"dead"`` (its process is gone)."""
     (idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, updated_at, lease,
      server_key, generation, run) = row
     if state == "live" and not holder_alive(pid, pid_start, host, lease, updated_at, now):
-        state = "dead"
+        # a lease that ran out reads "expired"; a process known to be gone, "dead"
+        state = "expired" if lease is not None and not lease_alive(updated_at, lease,
+                                                                  now) else "dead"
     return PartitionInfo(index=idx, endpoint=endpoint, ingest=ingest, state=state,
                          incarnation=incarnation, pid=pid, upper=decode_upper(upper),
                          updated_at=updated_at, host=host, pid_start=pid_start, lease=lease,

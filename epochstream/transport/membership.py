@@ -16,7 +16,7 @@ from ..errors import EpochstreamError, PublisherAborted, PublisherLost, TopicClo
 
 __all__ = ["resolve_catalog", "partition_endpoints", "catalog_partitions", "await_live"]
 
-ENDED = ("closed", "aborted", "dead")
+ENDED = ("closed", "aborted", "dead", "expired")
 
 
 def resolve_catalog(catalog) -> Catalog:
@@ -45,9 +45,10 @@ def partition_endpoints(info: TopicInfo, wait: float) -> tuple[list, dict, dict]
             closed[i] = tuple(p.upper)
             endpoints.append(None)
             continue
-        if p.state == "dead":
+        if p.state in ("dead", "expired"):
+            why = "is dead" if p.state == "dead" else "let its lease expire"
             raise PublisherLost(f"topic {info.name!r}: the publisher of partition {i} "
-                                f"(pid {p.pid}) is dead", partition=i)
+                                f"(pid {p.pid} on {p.host}) {why}", partition=i)
         if p.state == "aborted":
             raise PublisherAborted(f"topic {info.name!r}: the publisher of partition {i} "
                                    f"(pid {p.pid}) aborted; its open epochs never complete",
