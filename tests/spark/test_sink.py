@@ -36,7 +36,7 @@ def test_five_days_through_the_sink(spark, tmp_path):
 
 
 @pytest.mark.spark
-def test_failed_attempt_is_never_published(quiet_spark, tmp_path):
+def test_failed_attempt_is_never_published(quiet_spark, tmp_path, catalog_location):
     spark = quiet_spark
 
     # nested: cloudpickle ships a local function by value (workers cannot import test modules)
@@ -60,7 +60,7 @@ def test_failed_attempt_is_never_published(quiet_spark, tmp_path):
 
     # one file (one Spark partition, ~900 rows) per day: enough rows to pass the JVM's buffer
     files = flights.day_files(4, files_per_day=1)
-    cat = Catalog(tmp_path / "cat")
+    cat = Catalog(catalog_location)  # SQLite, then PostgreSQL
     with SparkPublisherHost(TOPIC, partitions=2, catalog=cat) as host:
         sub = Collector(cat)
         df = stream(spark, files)

@@ -225,12 +225,13 @@ def test_product_order_topic_from_a_frontier_one_epoch_per_batch(spark, tmp_path
 
 
 @pytest.mark.spark
-def test_latest_then_resume_reads_what_was_published_while_down(spark, tmp_path):
+def test_latest_then_resume_reads_what_was_published_while_down(spark, tmp_path,
+                                                                catalog_location):
     """``startingPosition=latest`` on a live topic with epochs 0-3 complete: the first run reads
     nothing (Spark runs its first batch anyway: an empty one, from [4] to [4]); epochs 4-6 are
     published while no query runs; the same query restarted from its checkpoint reads exactly
-    4-6."""
-    cat = Catalog(tmp_path / "cat")
+    4-6. On SQLite, then on PostgreSQL (the query's durable subscription lives there)."""
+    cat = Catalog(catalog_location)
     topic = Topic(cat, "live", partitions=1)
     for t in range(4):
         topic.send(t)
