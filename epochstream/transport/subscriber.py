@@ -609,30 +609,38 @@ class Subscriber(Recovery, Resume):
     def step_events(self, timeout: float = 0.0) -> list | None:
         """One non-blocking step of :meth:`events` (what ``aio`` drives): wait at most
         ``timeout`` seconds (0: not at all) for messages, then return the events ready to hand
-        out, in order — decoded :class:`~epochstream.events.DataMessage`, merged
-        :class:`~epochstream.events.LowerFrontierUpdate`, :class:`~epochstream.events.Gap`,
-        and for a history fill an *iterator* of its ``DataMessage``\\ s, read and decoded as
-        it is consumed (consume it before the next step) — ``[]`` if none, ``None`` once the
+        out, in order, as a list of *iterators* (each event — decoded
+        :class:`~epochstream.events.DataMessage`, merged
+        :class:`~epochstream.events.LowerFrontierUpdate`, :class:`~epochstream.events.Gap`, a
+        history fill's ``DataMessage``\\ s — filtered and decoded as it is consumed: consume
+        them, with :func:`pop_event`, before the next step) — ``[]`` if none, ``None`` once the
         stream ended (every partition finished, every event handed out). Raises what
         :meth:`events` raises, after the events that arrived before the failure. Wait on
         :attr:`sockets` between steps. Not to be mixed with :meth:`epochs`/:meth:`fetch`."""
         got = self._poll(timeout)
         if not got:
             return None if self._protocol.finished and not self._parked else []
-        out, hand_out = [], self._hand_out
+        # handed out (decoded) one at a time as they are consumed, never a whole poll's batch
+        # at once: 256 messages of 1000 records decoded together kept ~256,000 objects alive
+        # and made the garbage collector run ~1,000 times more (half the records/s, measured)
+        return [self._handed_out(got)]
+
+    def _handed_out(self, got: list) -> Iterator:
+        """The events of one poll's messages ``got``, each handed out (filtered, decoded) when
+        it is consumed, in order; a history fill's messages read as they are consumed."""
+        hand_out = self._hand_out
         for m in got:
             m = hand_out(m)
-            kind = type(m)
             if m is None:
                 continue
+            kind = type(m)
             if kind is HistoryBatch:
-                out.append(self._history_messages(m))
+                yield from self._history_messages(m)
             elif kind is Rejoined:
                 if m.withdraw is not None:
-                    out.append(m.withdraw)
+                    yield m.withdraw
             else:
-                out.append(m)
-        return out
+                yield m
 
     @property
     def sockets(self) -> tuple:
