@@ -212,12 +212,12 @@ def _clock(conn) -> float:
 def _check_writer(conn, topic: str, partition: int, incarnation: str) -> None:
     """Inside a write transaction: raise :class:`Fenced` if an incarnation other than
     ``incarnation`` holds ``partition`` of ``topic`` live now (the catalog's clock)."""
-    row = conn.execute(f"SELECT {ROW_COLUMNS} FROM partitions WHERE topic = ? AND idx = ?",
-                       (topic, partition)).fetchone()
-    if row is None:
+    row = conn.execute(f"SELECT {ROW_COLUMNS}, epoch_now() FROM partitions WHERE topic = ? "
+                       f"AND idx = ?", (topic, partition)).fetchone()
+    if row is None or row[4] == incarnation:  # (column 4: incarnation) the writer holds it
         return
-    holder = partition_from_row(row, _clock(conn))
-    if holder.incarnation != incarnation and holder.state == "live":
+    holder = partition_from_row(row[:-1], float(row[-1]))
+    if holder.state == "live":
         raise Fenced(f"partition {partition} of topic {topic!r} is held by incarnation "
                      f"{holder.incarnation} (generation {holder.generation}, pid {holder.pid} on "
                      f"{holder.host}) now: the epoch log index commit of incarnation "
