@@ -189,6 +189,12 @@ def position_available(order, position: Iterable[Any], since: Iterable[Any]) -> 
     return all(s.less_equal(a) for a in position)
 
 
+_EPOCH_COLUMNS = (("topic", "TEXT"), ("idx", "INTEGER"), ("time", "TEXT"), ("t0", "INTEGER"),
+                  ("seq", "INTEGER"), ("extents", "TEXT"), ("nbytes", "INTEGER"),
+                  ("messages", "INTEGER"), ("crc", "INTEGER"), ("completed_at", "REAL"))
+"""The columns of an ``history_epochs`` row as :meth:`HistoryCatalog.history_commit` inserts
+it, with their types in :data:`HISTORY_DDL`."""
+
 _DURABLE_COLUMNS = ("topic, name, position, acked, state, holder, holder_pid, holder_pid_start, "
                     "holder_host, created_at, acked_at, reason, holder_lease, holder_seen")
 
@@ -295,10 +301,8 @@ class HistoryCatalog:
             if rows:
                 # an epoch indexed already is this commit retried after its answer was lost
                 # (an epoch is logged once): it is neither written nor counted again
-                added = conn.executemany(
-                    "INSERT INTO history_epochs (topic, idx, time, t0, seq, extents, nbytes, "
-                    "messages, crc, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (topic, idx, time) DO NOTHING", rows).rowcount
+                added = self._store.insert_new(conn, "history_epochs", _EPOCH_COLUMNS,
+                                               "topic, idx, time", rows)
             else:
                 added = 0
             conn.execute(

@@ -165,6 +165,7 @@ def postgres_sql(sql: str) -> str:
 
 _TYPES = re.compile(r"\b(INTEGER|REAL|TEXT)\b")
 _PG_TYPES = {"INTEGER": "BIGINT", "REAL": "DOUBLE PRECISION", "TEXT": 'TEXT COLLATE "C"'}
+_PG_ARRAY = {"INTEGER": "bigint", "REAL": "double precision", "TEXT": "text"}
 
 
 def postgres_ddl(ddl: str) -> str:
@@ -329,6 +330,17 @@ class SQLiteStore:
 
     def notify(self, conn: Any, topic: str) -> None:
         """(PostgreSQL wakes waiters; on SQLite they poll.)"""
+
+    def insert_new(self, conn: Any, table: str, columns: tuple[tuple[str, str], ...],
+                   key: str, rows: list[tuple]) -> int:
+        """Inside a write transaction: insert ``rows`` into ``table`` (``columns``: (name,
+        type) pairs in the rows' order, types as in the DDL), skipping every row whose ``key``
+        (the conflict target, e.g. ``"topic, idx, time"``) is there already. Returns the number
+        of rows inserted. SQLite: ``executemany`` (a loop in C)."""
+        names = ", ".join(c for c, _ in columns)
+        marks = ", ".join("?" * len(columns))
+        return conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks}) "
+                                f"ON CONFLICT ({key}) DO NOTHING", rows).rowcount
 
     @contextlib.contextmanager
     def waker(self, topic: str | None) -> Iterator["_Poll"]:
@@ -535,6 +547,18 @@ class PostgresStore:
     def notify(self, conn: Any, topic: str) -> None:
         """Inside a write transaction: wake the waiters on ``topic`` when it commits."""
         conn.execute("SELECT pg_notify(?, ?)", (CHANNEL, topic))
+
+    def insert_new(self, conn: Any, table: str, columns: tuple[tuple[str, str], ...],
+                   key: str, rows: list[tuple]) -> int:
+        """As :meth:`SQLiteStore.insert_new`, in one statement: one array per column,
+        ``unnest``-ed by the server (``executemany`` costs a round trip and the driver's
+        per-statement work per row; a multi-row ``VALUES`` is parsed anew by the driver for
+        each row count)."""
+        names = ", ".join(c for c, _ in columns)
+        arrays = ", ".join(f"?::{_PG_ARRAY[t]}[]" for _, t in columns)
+        return conn.execute(f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) "
+                            f"ON CONFLICT ({key}) DO NOTHING",
+                            [list(col) for col in zip(*rows)]).rowcount
 
     @contextlib.contextmanager
     def waker(self, topic: str | None) -> Iterator[Any]:

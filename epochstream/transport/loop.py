@@ -30,7 +30,7 @@ from .upstream import HELLO, UPDATE, UpstreamCover
 from .quota import PASS_MESSAGES, Quota
 from .sockets import SENT, connection_of, cut, transmit_to
 
-__all__ = ["PublisherLoop", "DATA", "FRONTIER", "SYNC", "ABORT", "STOP", "GATE"]
+__all__ = ["PublisherLoop", "DATA", "FRONTIER", "SYNC", "ABORT", "STOP", "GATE", "UPPER"]
 
 log = logging.getLogger("epochstream.transport")
 
@@ -38,6 +38,9 @@ log = logging.getLogger("epochstream.transport")
 DATA, FRONTIER, SYNC, ABORT, STOP = "data", "frontier", "sync", "abort", "stop"
 #: a relay's upstream change is done: argument ``(cover, boundary, error)`` (docs/filters.md)
 GATE = "gate"
+#: the data behind it needs an upper frontier request recorded first: argument its sequence
+#: number (transport/upper.py)
+UPPER = "upper"
 
 #: payloads of at least this many bytes are wrapped in one ``zmq.Frame`` when the message goes
 #: to more than one peer: libzmq then shares the buffer (reference-counted) instead of copying
@@ -75,6 +78,10 @@ class PublisherLoop:
         self._loop_lower: dict = dict.fromkeys(lower, True)
         self._loop_upper = Antichain(dual(self.order), upper)
         self._loop_aborted: list | None = None  # the X aborted notice, once the loop aborted
+        # the upper frontier is recorded in the catalog before data beyond it is sent; once the
+        # catalog refused (fenced) or failed, nothing more is sent (halted)
+        self._upper = getattr(p, "_upper", None)
+        self._halted = False
         self._last_broadcast = self._last_probe = _time.monotonic()
         self._stop_linger = 0.0
         # the epoch log (retention): data is logged as it is sent; frontier changes are written
@@ -214,6 +221,8 @@ class PublisherLoop:
                 break
             kind, arg, frames = commands.popleft()
             if kind is DATA:
+                if self._halted:
+                    continue
                 self._loop_upper.insert(arg)
                 if commands and self.coalesce_bytes:
                     frames = self._coalesce(arg, frames, now)
@@ -227,6 +236,8 @@ class PublisherLoop:
                     fanout.broadcast(frames, transmit, now)
                 data += 1
             elif kind is FRONTIER:
+                if self._halted:
+                    continue
                 if logging_:
                     self._log_frontier(arg, frames)
                     continue
@@ -236,6 +247,9 @@ class PublisherLoop:
                     self._interests_advance()
                 if self._upstream is not None:
                     self._gate_frontier()
+            elif kind is UPPER:
+                if not self._halted and not self._upper.ensure(arg):
+                    self._upper_refused()
             elif kind is SYNC:
                 self._commit_log(now)
                 arg.set()
@@ -319,6 +333,15 @@ class PublisherLoop:
         self._unsent.clear()
         if self._loop_aborted is None:
             self._abort_peers(f"the epoch log failed: {e}")
+
+    def _upper_refused(self) -> None:
+        """The catalog refused (or could not take) the upper frontier: send no more data or
+        frontier changes and tell every subscriber the publisher aborted; the publisher's next
+        call raises the error."""
+        log.error("publisher %s/%s: %s", self.topic, self.partition, self._upper.error)
+        self._halted = True
+        self._unsent.clear()
+        self._abort_peers(f"the catalog refused its upper frontier: {self._upper.error}")
 
     def _abort_peers(self, reason: str) -> None:
         """Queue an ``X aborted`` notice behind each peer's backlog; later hellos and pings

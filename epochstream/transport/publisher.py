@@ -24,7 +24,8 @@ from .. import wire
 from ..catalog import Catalog
 from ..catalog.runs import claim_run
 from ..epochlog import LogWriter, partition_dir
-from ..errors import EpochstreamError, Fenced, HistoryWriteError, ProtocolError
+from ..errors import (CatalogError, CatalogUnavailable, EpochstreamError, Fenced,
+                      HistoryWriteError, ProtocolError)
 from ..events import LowerFrontierUpdate
 from ..frontier import Antichain
 from ..order import TIME_MIN, TOTAL, by_name, check_time, dual
@@ -35,8 +36,9 @@ from ..security import Authorizer, Security
 from .fanout import Fanout
 from .handoff import Handoff
 from .lease_keeper import RENEW_S, LeaseKeeper
-from .loop import ABORT, DATA, FRONTIER, STOP, SYNC, PublisherLoop
+from .loop import ABORT, DATA, FRONTIER, STOP, SYNC, UPPER, PublisherLoop
 from .sockets import bind_router
+from .upper import UpperRecorder
 
 __all__ = ["Publisher", "inherited_upper", "history_dir", "advertised_endpoint"]
 
@@ -277,6 +279,9 @@ class Publisher:
         if isinstance(catalog, (str, os.PathLike)):  # a path, or a network catalog's URL
             catalog = Catalog(catalog)
         self._catalog = catalog
+        # the upper frontier goes to the catalog before data beyond it leaves (transport/upper.py)
+        self._upper = None if catalog is None else UpperRecorder(catalog, topic, partition,
+                                                                 self.incarnation)
         if security is not None and not isinstance(security, Security):
             raise TypeError(f"security must be a Security or None, got {type(security).__name__}")
         self.security = security if security is not None and security.enabled else None
@@ -491,6 +496,9 @@ class Publisher:
 
     # -- calls -----------------------------------------------------------------------------
     def _check_open(self) -> None:
+        refused = None if self._upper is None else self._upper.error
+        if refused is not None:  # the loop could not record the upper frontier: nothing sent
+            self._upper_refused(refused)
         failed = self._loop.log_error
         if failed is not None:  # the loop could not log: it told subscribers (X aborted)
             if not self._closed:
@@ -513,6 +521,21 @@ class Publisher:
                              incarnation=self.incarnation)
             raise ProtocolError(f"publisher {self.topic}/{self.partition} is {state}")
 
+    def _upper_refused(self, refused: CatalogError) -> None:
+        """Abort (once) and raise after the catalog refused an upper frontier write."""
+        what = f"publisher {self.topic}/{self.partition}"
+        if isinstance(refused, Fenced):
+            self._fenced = True  # the row is the successor's: never touched again
+        if not self._closed:
+            self._end_locked(f"the catalog refused its upper frontier: {refused}", 0.0)
+        if isinstance(refused, Fenced):
+            raise Fenced(f"{what} aborted: {refused}", topic=self.topic,
+                         partition=self.partition, incarnation=self.incarnation) from refused
+        if isinstance(refused, CatalogUnavailable):
+            raise CatalogUnavailable(f"{what} aborted: {refused}", url=refused.url,
+                                     timeout=refused.timeout, op=refused.op) from refused
+        raise CatalogError(f"{what} aborted: {refused}") from refused
+
     def send(self, time, records) -> None:
         """Publish ``records`` at ``time``: encoded with the topic's codec (a list or tuple of
         records for msgpack; a ``pyarrow.RecordBatch``/``Table`` or list of dicts for arrow).
@@ -528,8 +551,11 @@ class Publisher:
 
     def send_encoded(self, time, payload) -> None:
         """Publish an already-encoded payload (bytes-like, in the topic's codec) at ``time``.
-        With a catalog, a time that grows the upper frontier is recorded there first (one
-        write per new maximal time), so a restarted incarnation can announce it."""
+        With a catalog, a time that grows the upper frontier is recorded there before data at
+        it is sent (by the loop thread, one write for a burst of new times: see
+        :mod:`~epochstream.transport.upper`), so a restarted incarnation can announce it; if the
+        catalog refuses (:class:`~epochstream.errors.Fenced`) or stays unreachable, the data is
+        not sent and the next call raises that error (the publisher aborted)."""
         with self._lock:
             self._check_open()
             protocol = self._protocol
@@ -543,27 +569,13 @@ class Publisher:
                                     f"in the log: see Publisher.lower)") from None
             if t != self._last_time or type(t) is not type(self._last_time):
                 header = wire.encode_time(t)  # may raise: before any state changes
-                if self._catalog is not None and protocol.extends_upper(t):
-                    self._record_upper(t)
+                if self._upper is not None and protocol.extends_upper(t):
+                    upper = Antichain(dual(self.order), protocol.upper)
+                    upper.insert(t)  # recorded by the loop before this data is sent
+                    self._enqueue((UPPER, self._upper.request(list(upper.elements)), None))
                 self._last_time, self._last_header = t, header
             protocol.accept(t)
             self._enqueue((DATA, t, [wire.DATA, self._last_header, payload]))
-
-    def _record_upper(self, t) -> None:
-        """Persist the upper frontier grown by ``t`` in the catalog before data at ``t`` leaves
-        the process (see ``start``). Raises if the catalog refuses (nothing is sent then)."""
-        upper = Antichain(dual(self.order), self._protocol.upper)
-        upper.insert(t)
-        if not self._catalog.record_upper(self.topic, self.partition, self.incarnation,
-                                          list(upper.elements)):
-            fenced = Fenced(f"publisher {self.topic}/{self.partition}: the catalog no longer "
-                            f"lists this incarnation ({self.incarnation}); another publisher "
-                            f"took the partition over (a newer generation) or the topic was "
-                            f"dropped: this publisher aborts", topic=self.topic,
-                            partition=self.partition, incarnation=self.incarnation)
-            self._fenced = True
-            self._end_locked(str(fenced), 0.0)  # the caller holds self._lock
-            raise fenced
 
     def progress(self, updates) -> LowerFrontierUpdate | None:
         """Apply timely progress updates ``[(time, delta), ...]`` to the lower frontier and
@@ -615,7 +627,8 @@ class Publisher:
                 return True if not self._closed else self.join(timeout)
             self._enqueue((SYNC, ev, None))
         done = ev.wait(timeout)
-        if self._loop.log_error is not None:
+        if self._loop.log_error is not None or (self._upper is not None
+                                                and self._upper.error is not None):
             with self._lock:
                 self._check_open()
         return done
@@ -700,6 +713,8 @@ class Publisher:
         if self._catalog is None or self._fenced:  # the row is the successor's now
             return
         try:
+            if self._upper is not None and self._upper.error is None:
+                self._upper.flush()  # the loop's last request (refused once the row is closed)
             self._catalog.close_partition(self.topic, self.partition, self.incarnation,
                                           upper=list(self._protocol.upper), aborted=aborted)
         except Exception:  # the catalog may be gone; the stream itself ended correctly

@@ -13,7 +13,7 @@ import zmq
 from peer_processes import kill as _kill, read_until as _expect
 from epochstream import wire
 from epochstream.catalog import Catalog
-from epochstream.errors import ProtocolError, PublisherAborted, SubscriberLagged, WireError
+from epochstream.errors import Fenced, ProtocolError, PublisherAborted, SubscriberLagged, WireError
 from epochstream.order import TOTAL, product
 from epochstream.events import LowerFrontierUpdate
 from epochstream.protocol import DataMessage, PublisherProtocol
@@ -338,9 +338,11 @@ def test_restart_past_the_minimum_announces_the_recorded_upper_frontier(tmp_path
     cat = Catalog(tmp_path / "cat")
     P2 = product(2)
     pub = Publisher("t", catalog=cat, order=P2)
-    pub.send((3, 1), ["a"])  # recorded in the catalog before it leaves the process
+    pub.send((3, 1), ["a"])  # recorded in the catalog (by the loop) before it leaves
+    assert pub.flush(5)      # the process: once the loop handled it, the record is there
     assert cat.lookup("t").partition_info[0].upper == ((3, 1),)
     pub.send((2, 5), ["b"])
+    assert pub.flush(5)
     assert set(cat.lookup("t").partition_info[0].upper) == {(3, 1), (2, 5)}
     pub.abort("crash")
     pub2 = Publisher("t", catalog=cat, order=P2, start=(4, 0))
@@ -552,3 +554,30 @@ def test_a_restarted_partition_does_not_hide_epochs_it_completed_without_data(tm
             p0b.close()
     finally:
         p1.close()
+
+
+def test_data_at_a_time_the_catalog_refuses_to_record_is_never_sent(tmp_path):
+    """The upper frontier is recorded by the publisher's loop, before the data behind it is sent
+    (transport/upper.py). When the catalog refuses that record (it no longer lists this
+    incarnation), the data is never sent, subscribers are told the publisher aborted, and the
+    publisher's next call raises Fenced."""
+    cat = Catalog(tmp_path / "cat")
+    pub = Publisher("t", catalog=cat)
+    try:
+        with Subscriber("t", catalog=cat, timeout=5) as sub:
+            assert sub.wait_ready(5)
+            pub.send(0, ["a"])
+            pub.advance_to(1)
+            epochs = sub.epochs(timeout=5)
+            assert next(epochs).records == ["a"]
+            cat.drop_topic("t")  # the catalog no longer lists this incarnation
+            with pytest.raises(Fenced, match="aborted"):
+                pub.send(1, ["b"])  # accepted here; the loop's record of time 1 is refused
+                pub.flush(5)
+            with pytest.raises(PublisherAborted, match="upper frontier"):
+                next(epochs)
+        assert pub.stats["data_messages"] == 1  # "b" never left the process
+        with pytest.raises(Fenced):
+            pub.send(2, ["c"])
+    finally:
+        pub.close(linger=0)
