@@ -216,14 +216,16 @@ class EpochGroup:
 
     def _try(self, max_epochs: int) -> list[Lease]:
         order = self.order
-        states = self.history.states()
+        states = self.history.states()  # read once for the whole fetch (with the lookup)
+        info = self.catalog.lookup(self.topic)
         lower = Antichain(order)
         uppers = []
         for s in states.values():  # epochs at or beyond any partition's lower are incomplete
             lower.extend(s.lower)
             uppers.extend(s.upper)
         try:
-            recs = self.history.records(since=list(self._position) if self._position else None)
+            recs = self.history.records(since=list(self._position) if self._position else None,
+                                        states=states, info=info)
         except HistoryUnavailable:
             info = self.catalog.group_info(self.topic, self.name)
             if info.state == "stopped":
@@ -262,12 +264,14 @@ class EpochGroup:
             self._split.clear()
         for c in exhausted:
             self._dead_letter(c, by_time[c.unit[0]])
-        return [Lease(self, self._epoch(c.unit, by_time[c.unit[0]]), c) for c in claimed]
+        return [Lease(self, self._epoch(c.unit, by_time[c.unit[0]], states, info), c)
+                for c in claimed]
 
-    def _epoch(self, unit, recs) -> Epoch:
+    def _epoch(self, unit, recs, states=None, info=None) -> Epoch:
         t, bucket = unit
         codec = self.history.codec
-        chunks = [codec.decode(p) for _, p in self.history.payloads(recs)]
+        chunks = [codec.decode(p) for _, p in self.history.payloads(recs, states=states,
+                                                                    info=info)]
         records = codec.combine(chunks)
         if bucket != WHOLE:
             records = self._split_records(records)[bucket]

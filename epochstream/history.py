@@ -112,9 +112,10 @@ class History:
         """``{partition: HistoryState}`` of the partitions that keep a log (read now)."""
         return self.catalog.history_states(self.topic)
 
-    def _checked_states(self) -> dict[int, HistoryState]:
-        states = self.states()
-        info = self.catalog.lookup(self.topic)
+    def _checked_states(self, states: dict[int, HistoryState] | None = None,
+                        info=None) -> dict[int, HistoryState]:
+        states = self.states() if states is None else states
+        info = self.catalog.lookup(self.topic) if info is None else info
         missing = [p.index for p in info.partition_info
                    if p.index not in states and p.upper]
         if missing:
@@ -135,18 +136,21 @@ class History:
             out = join(self.order, out, s.since)
         return out
 
-    def records(self, since=None, until=None) -> list[tuple[Any, list[EpochRecord]]]:
+    def records(self, since=None, until=None, *, states: dict[int, HistoryState] | None = None,
+                info=None) -> list[tuple[Any, list[EpochRecord]]]:
         """``[(time, [EpochRecord per partition with data]), ...]`` of the complete retained
         epochs at or beyond ``since`` and not at or beyond ``until``, in a linear extension of
         the order. ``since=None``: everything retained; ``since`` older than what is retained
-        raises :class:`HistoryUnavailable`."""
+        raises :class:`HistoryUnavailable`. ``states`` (:meth:`states`) and ``info``
+        (``Catalog.lookup``) just read by the caller spare reading them again (the states are
+        read once more after the index, whatever is passed)."""
         order = self.order
         if isinstance(since, str) and since == "earliest":
             since = None
         if isinstance(until, str) and until == "earliest":
             raise ValueError("until='earliest' names no epoch (nothing is before the earliest "
                              "retained one); give a time or a frontier, or None for no bound")
-        states = self._checked_states()
+        states = self._checked_states(states, info)
         retained = self._since(states)
         if since is None:
             position = Antichain(order, retained)
@@ -173,31 +177,35 @@ class History:
                 and all(s.less_equal(t) for s in sinces)]
         return [(t, by_time[t]) for t in linear_extension(order, keep)]
 
-    def payloads(self, records: list[EpochRecord]) -> list[tuple[int, bytes]]:
+    def payloads(self, records: list[EpochRecord], *,
+                 states: dict[int, HistoryState] | None = None,
+                 info=None) -> list[tuple[int, bytes]]:
         """``[(partition, encoded payload), ...]`` of one epoch's records (:meth:`read` of one
         epoch). Raises :class:`HistoryUnavailable` if retention deleted the epoch meanwhile (or
         its partition's log is neither readable here nor served by a live publisher),
-        :class:`HistoryCorrupt` if its bytes fail the checks."""
+        :class:`HistoryCorrupt` if its bytes fail the checks. ``states``/``info``: as for
+        :meth:`records` (where each partition's log is read from is decided with them)."""
         if not records:
             return []
-        for _, _, out in self.read([(records[0].time, records)]):
+        for _, _, out in self.read([(records[0].time, records)], states=states, info=info):
             return out
         return []
 
-    def read(self, epochs: list[tuple[Any, list[EpochRecord]]]
+    def read(self, epochs: list[tuple[Any, list[EpochRecord]]], *,
+             states: dict[int, HistoryState] | None = None, info=None
              ) -> Iterator[tuple[Any, list[EpochRecord], list[tuple[int, bytes]]]]:
         """For each ``(time, records)`` of ``epochs`` (as :meth:`records` returns them), in
         order, yield ``(time, records, [(partition, encoded payload), ...])``: the payloads in
         the order they were sent, per partition in the order of ``records``. Files are read and
         checked here (:func:`~epochstream.epochlog.read_epoch`); reads through a publisher are
         pipelined (:class:`~epochstream.history_remote.RemoteLog`) and their message counts
-        checked against the index. Raises as :meth:`payloads`."""
+        checked against the index. Raises as :meth:`payloads`; ``states``/``info`` as there."""
         epochs = list(epochs)
         wanted: dict[int, list] = {}
         for t, recs in epochs:
             for r in recs:
                 wanted.setdefault(r.partition, []).append(t)
-        where = self._where(wanted)
+        where = self._where(wanted, states, info)
         streams = {p: self._remote_log(p, w).read(wanted[p])
                    for p, (kind, w) in where.items() if kind == "publisher"}
         for t, recs in epochs:
@@ -215,10 +223,12 @@ class History:
                 out.extend((r.partition, pl) for pl in got)
             yield t, recs, out
 
-    def _where(self, partitions) -> dict[int, tuple[str, str]]:
-        """``{partition: ("disk", directory) | ("publisher", endpoint)}`` for ``partitions``."""
-        states = self.states()
-        info = {p.index: p for p in self.catalog.lookup(self.topic).partition_info}
+    def _where(self, partitions, states=None, info=None) -> dict[int, tuple[str, str]]:
+        """``{partition: ("disk", directory) | ("publisher", endpoint)}`` for ``partitions``
+        (``states``/``info`` read now when not given)."""
+        states = self.states() if states is None else states
+        info = {p.index: p for p in (self.catalog.lookup(self.topic) if info is None
+                                     else info).partition_info}
         out = {}
         for p in partitions:
             state, pinfo = states.get(p), info.get(p)

@@ -258,10 +258,18 @@ class HistoryCatalog:
 
     @retried
     def history_states(self, topic: str) -> dict[int, HistoryState]:
-        with self._snapshot() as conn:
-            idx = [r[0] for r in conn.execute(
-                "SELECT idx FROM history_partitions WHERE topic = ? ORDER BY idx", (topic,))]
-            return {i: self._history_state(conn, topic, i) for i in idx}
+        with self._snapshot() as conn:  # two statements, whatever the number of partitions
+            rows = conn.execute(
+                "SELECT idx, dir, since, lower, upper, segment, committed, updated_at "
+                "FROM history_partitions WHERE topic = ? ORDER BY idx", (topic,)).fetchall()
+            segs: dict[int, list] = {}
+            for r in conn.execute("SELECT idx, seq, nbytes, epochs, last_completed FROM "
+                                  "history_segments WHERE topic = ? ORDER BY idx, seq",
+                                  (topic,)).fetchall():
+                segs.setdefault(r[0], []).append(SegmentStat(*r[1:]))
+        return {r[0]: HistoryState(r[0], r[1], decode_upper(r[2]), decode_upper(r[3]),
+                                   decode_upper(r[4]), r[5], r[6], tuple(segs.get(r[0], ())),
+                                   r[7]) for r in rows}
 
     @retried
     def history_begin(self, topic: str, partition: int, directory: str, lower: Any,

@@ -8,13 +8,14 @@ contributes to the filter and nothing else); a dead or aborted one cannot be joi
 from __future__ import annotations
 
 import os
+import time
 
 from ..catalog import Catalog, PartitionInfo, TopicInfo
-import time
 
 from ..errors import EpochstreamError, PublisherAborted, PublisherLost, TopicClosed
 
-__all__ = ["resolve_catalog", "partition_endpoints", "catalog_partitions", "await_live"]
+__all__ = ["resolve_catalog", "partition_endpoints", "catalog_partitions", "await_live",
+           "await_one_run"]
 
 ENDED = ("closed", "aborted", "dead", "expired")
 
@@ -103,3 +104,34 @@ def await_live(catalog: Catalog, info: TopicInfo, wait: float, *, poll: float = 
             f"nothing (replay what the topic retains with start=\"earliest\")",
             topic=info.name, ended_at=last)
     return info
+
+
+def await_one_run(catalog: Catalog, info: TopicInfo, wait: float, *,
+                  poll: float = 0.05) -> TopicInfo:
+    """``info`` once every partition belongs to the topic's newest run (``PartitionInfo.run``):
+    while a new run's partitions are still registering (some publish run *n + 1*, the others
+    ended run *n* and were not restarted yet), wait up to ``wait`` seconds for the rest —
+    joining then would combine partitions of two runs into one epoch (a closed partition of
+    run *n* would stand for its successor of run *n + 1*, whose records the epochs would lack).
+    Raises :class:`~epochstream.errors.PublisherLost` for the first partition still of an
+    older run when time is up."""
+    deadline = time.monotonic() + max(0.0, float(wait))
+    while True:
+        top = max((p.run for p in info.partition_info), default=1)
+        behind = sorted((p.index, p.run, p.state) for p in info.partition_info
+                        if p.run < top and p.state in ENDED)
+        if not behind:
+            return info
+        left = deadline - time.monotonic()
+        if left <= 0:
+            i, run, state = behind[0]
+            raise PublisherLost(
+                f"topic {info.name!r} is between runs: partition(s) "
+                f"{[b[0] for b in behind]} ended run {run} ({state}) and did not register for "
+                f"run {top}, which the others began, within {wait:g} s; a subscriber never "
+                f"combines partitions of two runs into one epoch", partition=i)
+        time.sleep(min(poll, left))
+        try:
+            info = catalog.lookup(info.name)
+        except EpochstreamError:
+            continue

@@ -29,7 +29,7 @@ from ..position import resolve_position
 from ..protocol import EpochAssembler, SubscriberProtocol
 from ..security import NOT_AUTHORISED, Security
 from .liveness import Liveness
-from .membership import await_live, partition_endpoints, resolve_catalog
+from .membership import await_live, await_one_run, partition_endpoints, resolve_catalog
 from .filtering import FilterSession
 from .stream import EpochStream
 from .recovery import Recovery
@@ -217,6 +217,7 @@ class Subscriber(Recovery, Resume):
         else:
             if info is None:
                 info = self._catalog.lookup(self.topic, wait=self._wait)
+            info = await_one_run(self._catalog, info, self._wait)  # a run change under way
             endpoints, closed, self._catalog_incarnations = partition_endpoints(info, self._wait)
             for i in self._filters.pruned(info):  # key-partitioned: only where our keys live
                 endpoints[i] = None

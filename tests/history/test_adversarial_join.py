@@ -1080,6 +1080,48 @@ def test_a_closed_partition_restarted_on_its_log_while_another_runs_is_not_serve
                   context="a closed partition's restart refused while its run goes on")
 
 
+def test_a_subscriber_joining_while_a_new_run_registers_waits_for_all_of_it(tmp_path):
+    """Run 1 of a two-partition topic ended; partition 0 began run 2, partition 1 has not
+    registered for it yet. A subscriber joining now must not take partition 1's closed run-1
+    row for its run-2 successor (its epochs would complete without partition 1's records): it
+    waits (up to ``wait``) until partition 1 registered, then gets every epoch whole; with no
+    successor in time it fails with PublisherLost naming the run change."""
+    from epochstream import Publisher
+
+    cat = Catalog(tmp_path / "cat")
+    for p in (0, 1):
+        with Publisher("t", catalog=cat, partition=p, partitions=2) as pub:
+            pub.send(0, [f"run1-{p}"])
+    p0 = Publisher("t", catalog=cat, partition=0, partitions=2, start=1)
+    p1 = None
+    try:
+        with pytest.raises(PublisherLost, match=r"between runs: partition\(s\) \[1\] ended run 1"):
+            Subscriber("t", catalog=cat, wait=0.3, timeout=5)
+        joined: list = []
+        th = threading.Thread(target=lambda: joined.append(
+            Subscriber("t", catalog=cat, wait=10, timeout=5)), daemon=True)
+        th.start()
+        time.sleep(0.5)
+        assert not joined, "the subscriber joined while partition 1 was still in run 1"
+        p1 = Publisher("t", catalog=cat, partition=1, partitions=2, start=1)
+        th.join(10)
+        (sub,) = joined
+        with sub:
+            assert sub.wait_ready(5)
+            assert [p.run for p in cat.lookup("t").partition_info] == [2, 2]
+            for e in (1, 2):
+                for p, pub in ((0, p0), (1, p1)):
+                    pub.send(e, [f"run2-{p}-{e}"])
+            for pub in (p0, p1):
+                pub.advance_to(3)
+            got = [(e.time, sorted(e.records)) for e in itertools.islice(sub.epochs(timeout=5), 2)]
+        assert got == [(e, [f"run2-0-{e}", f"run2-1-{e}"]) for e in (1, 2)]
+    finally:
+        p0.close(linger=0)
+        if p1 is not None:
+            p1.close(linger=0)
+
+
 # ================================================================================================
 # 4. recover=True: an evicted subscriber of two product(2) partitions is filled from history
 # ================================================================================================
