@@ -930,3 +930,47 @@ def test_typed_usage_runs():
                           capture_output=True, text=True, timeout=60, env=_cli_env())
     assert proc.returncode == 0, proc.stderr
     assert "typed usage ok" in proc.stdout
+
+
+def test_catalog_init_and_migrate_on_postgresql_and_sqlite(runner, pg_url, tmp_path):
+    """``epochstream catalog init|migrate LOCATION`` on both stores: migrate refuses to create,
+    init creates (then reports it current), an older PostgreSQL catalog (schema 6, before runs)
+    is migrated in place keeping its rows, a newer one is refused in one line, and locations
+    that are not a catalog's are usage errors. The password never appears in the output."""
+    from epochstream.catalog import SCHEMA_VERSION
+    import psycopg
+
+    def cli(*args):
+        r = runner.invoke(app, ["catalog", *args])
+        return r.exit_code, " ".join((r.stdout + (r.stderr or "")).split())
+
+    code, text = cli("migrate", pg_url)
+    assert code == 2 and "nothing to migrate" in text, text
+    code, text = cli("init", pg_url)
+    assert code == 0 and f"schema version {SCHEMA_VERSION} (created)" in text, text
+    assert ":epochstream@" not in text and ":***@" in text, text
+    assert cli("init", pg_url)[1].endswith("(already current)")
+    cat = Catalog(pg_url)
+    cat.create_topic("t", partitions=2)
+    cat.register_partition("t", 0, "tcp://127.0.0.1:1")
+    cat.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as schema version 6 left it
+        conn.execute("ALTER TABLE partitions DROP COLUMN run")
+        conn.execute("UPDATE epochstream_schema SET version = 6")
+    code, text = cli("migrate", pg_url)
+    assert code == 0 and f"schema version {SCHEMA_VERSION} (migrated from version 6)" in text
+    info = Catalog(pg_url).lookup("t")
+    assert (info.partitions, [(p.index, p.run) for p in info.partition_info]) == (2, [(0, 1)])
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE epochstream_schema SET version = %s", (SCHEMA_VERSION + 1,))
+    code, text = cli("migrate", pg_url)
+    assert code == 1 and f"schema version {SCHEMA_VERSION + 1}" in text, text
+
+    db = tmp_path / "c.sqlite"
+    code, text = cli("migrate", str(db))
+    assert code == 2 and "nothing to migrate" in text and not db.exists(), text
+    assert cli("init", str(db)) == (0, f"catalog {db}: schema version {SCHEMA_VERSION} (created)")
+    assert cli("migrate", str(db))[1].endswith("(already current)")
+    for location in ("tcp://127.0.0.1:7420", "mysql://u@h/db"):
+        code, text = cli("init", location)
+        assert code == 2, (location, text)
