@@ -64,7 +64,7 @@ def p_left(candidates, position, order) -> bool:
 class Lease:
     """One epoch leased to this worker: ``epoch`` (the whole :class:`~epochstream.events.Epoch`),
     ``deliveries`` (how many times it was handed out, this one included), ``token`` (the
-    fencing token), ``deadline`` (``time.time()`` seconds when the lease ends unless extended),
+    fencing token), ``deadline`` (seconds since the epoch, on the catalog's clock, when the lease ends unless extended),
     ``history`` (``((worker, time.time()), ...)`` per delivery); in ``key_shared`` mode
     ``bucket`` (the epoch holds only that bucket's records), else ``None``.
 

@@ -14,8 +14,9 @@ Tables (schema version 3)::
                   -- whole epoch (bucket -1) or, in key_shared mode, one bucket of an epoch
         topic, name, time (JSON), bucket, state ('free' | 'leased' | 'acked' | 'dead'), deliveries,
         token (of the current or last lease), worker (id of the leasing worker), worker_pid,
-        worker_pid_start, worker_host, deadline (time.time() seconds), not_before (seconds),
-        history (JSON list of [worker, time.time()] per delivery)
+        worker_pid_start, worker_host, deadline (seconds since the epoch on the catalog's clock,
+        ``epoch_now()``: the database server's on PostgreSQL), not_before (seconds, same clock),
+        history (JSON list of [worker, catalog clock] per delivery)
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ class GroupInfo:
 class Claimed:
     """One lease taken by :meth:`GroupCatalog.group_claim`: ``unit`` ``(time, bucket)``,
     fencing ``token``,
-    ``deliveries`` (this one included), ``deadline`` (``time.time()`` seconds) and the delivery
-    ``history`` (``[[worker, time.time()], ...]``)."""
+    ``deliveries`` (this one included), ``deadline`` (seconds since the epoch on the catalog's
+    clock) and the delivery ``history`` (``[[worker, catalog clock], ...]``)."""
 
     unit: tuple
     token: int
@@ -108,7 +109,7 @@ class Claimed:
 class ClaimView:
     """What :meth:`GroupCatalog.group_claim_read` saw of a group, for a claim decided elsewhere
     (the network catalog's client): ``states`` (``((unit, EpochState), ...)``), ``now``
-    (``time.time()`` of the read, seconds), ``stored`` (the stored position, a tuple of times or
+    (the catalog's clock at the read, seconds since the epoch), ``stored`` (the stored position, a tuple of times or
     ``None``) and ``fingerprint`` (of states and position: :meth:`GroupCatalog.group_claim_apply`
     applies a decision only if they are unchanged)."""
 
@@ -124,7 +125,8 @@ class GroupEpoch:
     whole epoch), ``state`` (``"free"``, ``"leased"``, ``"acked"``, ``"dead"``), ``deliveries``,
     the fencing ``token``, the leasing ``worker`` and its process (``pid``, ``host``, ``alive``:
     judged when read), ``deadline`` (the lease's end) and ``not_before`` (a nak's delay ends),
-    both ``time.time()`` seconds."""
+    both seconds since the epoch on the catalog's clock (``epoch_now()``: the database
+    server's on PostgreSQL)."""
 
     time: Any
     bucket: int
@@ -251,24 +253,25 @@ class GroupCatalog:
 
     @staticmethod
     def _claim_start(conn, topic: str, name: str) -> tuple:
-        """Inside a claim's transaction: ``(ack_wait, next_token, stored position text)``;
-        raises :class:`CatalogError` (no such group) or :class:`GroupStopped`."""
-        row = conn.execute("SELECT ack_wait, next_token, state, reason, position FROM groups "
-                           "WHERE topic = ? AND name = ?", (topic, name)).fetchone()
+        """Inside a claim's transaction: ``(ack_wait, next_token, stored position text, now)``
+        (``now``: the catalog's clock, ``epoch_now()``: lease deadlines are the database
+        server's time on PostgreSQL, whatever the workers' clocks say); raises
+        :class:`CatalogError` (no such group) or :class:`GroupStopped`."""
+        row = conn.execute("SELECT ack_wait, next_token, state, reason, position, epoch_now() "
+                           "FROM groups WHERE topic = ? AND name = ?", (topic, name)).fetchone()
         if row is None:
             raise CatalogError(f"topic {topic!r} has no consumer group {name!r}")
-        ack_wait, token, state, reason, stored = row
+        ack_wait, token, state, reason, stored, now = row
         if state == "stopped":
             raise GroupStopped(f"consumer group {name!r} of topic {topic!r} stopped: {reason}")
-        return ack_wait, token, stored
+        return ack_wait, token, stored, float(now)
 
     @retried
     def group_claim(self, topic: str, name: str, worker: str, decide: Callable[[dict, float], Any],
                     ) -> tuple[list[Claimed], list[Claimed], tuple | None]:
         pid, pid_start, host, _ = check_holder(None, None, None, None)
         with self._hot_write("FULL") as conn:
-            ack_wait, token, stored = self._claim_start(conn, topic, name)
-            now = time.time()
+            ack_wait, token, stored, now = self._claim_start(conn, topic, name)
             states = self._states(conn, topic, name)
             the_plan, position = decide(states, now,
                                         None if stored is None else decode_upper(stored))
@@ -280,11 +283,9 @@ class GroupCatalog:
     @retried
     def group_claim_read(self, topic: str, name: str) -> ClaimView:
         with self._snapshot() as conn:
-            self._claim_start(conn, topic, name)
-            stored = conn.execute("SELECT position FROM groups WHERE topic = ? AND name = ?",
-                                  (topic, name)).fetchone()[0]
+            _, _, stored, now = self._claim_start(conn, topic, name)
             states = self._states(conn, topic, name)
-        return ClaimView(tuple(states.items()), time.time(),
+        return ClaimView(tuple(states.items()), now,
                          None if stored is None else decode_upper(stored),
                          _fingerprint(states, stored))
 
@@ -303,13 +304,12 @@ class GroupCatalog:
         if position is not None:
             position = decode_upper(encode_upper(position))
         with self._hot_write("FULL") as conn:
-            ack_wait, token, stored = self._claim_start(conn, topic, name)
+            ack_wait, token, stored, now = self._claim_start(conn, topic, name)
             states = self._states(conn, topic, name)
             if _fingerprint(states, stored) != fingerprint:
                 return None
             claimed, exhausted_ = self._claim_apply(conn, topic, name, worker, states, the_plan,
-                                                    position, ack_wait, token, time.time(),
-                                                    holder)
+                                                    position, ack_wait, token, now, holder)
             return claimed, exhausted_, position
 
     def _claim_apply(self, conn, topic: str, name: str, worker: str, states: dict, the_plan,
@@ -376,10 +376,10 @@ class GroupCatalog:
         what = f"epoch {t!r}" if bucket < 0 else f"bucket {bucket} of epoch {t!r}"
         with self._hot_write("FULL") as conn:
             row = conn.execute(
-                "SELECT g.ack_wait, e.state, e.token, e.deadline, e.worker FROM group_epochs e "
-                "JOIN groups g ON g.topic = e.topic AND g.name = e.name WHERE e.topic = ? AND "
-                "e.name = ? AND e.time = ? AND e.bucket = ?", args).fetchone()
-            now = time.time()
+                "SELECT g.ack_wait, e.state, e.token, e.deadline, e.worker, epoch_now() FROM "
+                "group_epochs e JOIN groups g ON g.topic = e.topic AND g.name = e.name WHERE "
+                "e.topic = ? AND e.name = ? AND e.time = ? AND e.bucket = ?", args).fetchone()
+            now = float(row[5]) if row is not None else time.time()
             settled = {"ack": "acked", "dead": "dead", "nak": "free"}.get(outcome)
             if retrying() and row is not None and row[2] == token and row[1] == settled:
                 return now  # this settlement, retried after its commit's answer was lost

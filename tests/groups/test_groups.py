@@ -253,6 +253,32 @@ def test_an_ack_after_the_lease_expired_is_refused_and_the_epoch_completes_once(
         again.ack()
 
 
+def test_lease_deadlines_follow_the_catalogs_clock_not_a_workers(tmp_path, catalog_location,
+                                                                   monkeypatch):
+    """A worker whose clock runs an hour ahead (another host) leases an epoch and stops: its
+    lease still ends ``ack_wait`` later on the catalog's clock (``epoch_now()``, the database
+    server's on PostgreSQL), and another worker gets the epoch then -- with deadlines on the
+    worker's clock it would wait an hour."""
+    import types
+
+    from epochstream.catalog import groups as groups_mod
+
+    cat = Catalog(catalog_location)  # on SQLite, then on PostgreSQL
+    _publish(cat, "jobs", 1)
+    skewed = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time)
+                                      if not k.startswith("_")})
+    skewed.time = lambda: time.time() + 3600.0  # this process's worker clock, an hour ahead
+    monkeypatch.setattr(groups_mod, "time", skewed)
+    ahead = EpochGroup("jobs", "g", cat, ack_wait=0.3, worker="ahead")
+    lease = ahead.fetch(1)[0]
+    assert lease.deadline - time.time() < 60  # the catalog's clock, not the worker's
+    monkeypatch.setattr(groups_mod, "time", time)
+    other = EpochGroup("jobs", "g", cat, ack_wait=0.3, worker="other")
+    again = other.fetch(1, expires=5)
+    assert [(x.epoch.time, x.deliveries) for x in again] == [(0, 2)]
+    again[0].ack()
+
+
 def test_an_ack_whose_deadline_passed_is_refused_even_if_nobody_leased_the_epoch_again(tmp_path, catalog_location):
     """A worker slowed past ``ack_wait`` (a loaded machine) whose epoch nobody took meanwhile:
     its ack is refused, not accepted late — it did not count, the worker is told so — and the
