@@ -393,8 +393,8 @@ def test_zombie_holder_counts_as_dead(cat):
         proc.wait()
 
 
-def test_exactly_one_of_racing_processes_wins(tmp_path):
-    path = tmp_path / "cat.sqlite"
+def test_exactly_one_of_racing_processes_wins(catalog_location):
+    path = catalog_location  # on SQLite, then on PostgreSQL
     Catalog(path).create_topic("t")
     procs = [_spawn(path, "t") for _ in range(4)]
     try:
