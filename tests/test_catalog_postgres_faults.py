@@ -16,6 +16,7 @@ from epochstream import Publisher, Subscriber
 from epochstream.catalog import Catalog
 from epochstream.catalog.history import EpochRecord
 from epochstream.errors import CatalogError, CatalogUnavailable
+from epochstream.order import TOTAL
 from epochstream.retention import Retention
 from epochstream.testing.postgres import PostgresServer
 
@@ -60,7 +61,7 @@ def test_operations_ride_out_server_crashes(pg):
     cat.group_open("t", "g", mode="shared", ack_wait=30.0, max_deliver=5, dead_letter=None)
     stop = threading.Event()
     errors: list = []
-    counts = {"upper": 0, "commit": 0, "ack": 0}
+    counts = {"upper": 0, "commit": 0, "ack": 0, "group": 0}
 
     def frontier():
         k = 0
@@ -85,6 +86,21 @@ def test_operations_ride_out_server_crashes(pg):
             assert cat.durable_ack("t", "d", "holder-1", [k])
             counts["ack"] = k
 
+    def group():  # a worker's fetch (claim) and ack (settle) of epoch k, then k + 1, ...
+        from epochstream.leases import WHOLE, Plan, plan
+
+        k = 0
+        while not stop.is_set():
+            def decide(states, now, stored, k=k):  # as EpochGroup's: plan, then lease
+                p = plan(TOTAL, "shared", [(k, WHOLE)], states, now=now, max_epochs=1,
+                         max_deliver=5)
+                return p, ((k,) if p.lease else None)
+            claimed, _, _ = cat.group_claim("t", "g", "w", decide)
+            assert [c.unit for c in claimed] == [(k, WHOLE)], (k, claimed)
+            cat.group_settle("t", "g", claimed[0].unit, claimed[0].token, outcome="ack")
+            k += 1
+            counts["group"] = k
+
     def run(f):
         try:
             f()
@@ -92,7 +108,7 @@ def test_operations_ride_out_server_crashes(pg):
             errors.append(e)
             stop.set()
 
-    threads = [threading.Thread(target=run, args=(f,)) for f in (frontier, log, acks)]
+    threads = [threading.Thread(target=run, args=(f,)) for f in (frontier, log, acks, group)]
     for th in threads:
         th.start()
     time.sleep(0.3)
@@ -110,6 +126,10 @@ def test_operations_ride_out_server_crashes(pg):
     assert state.committed == counts["commit"] * 10
     assert cat.durable("t", "d").position == (counts["ack"],)
     assert cat.lookup("t").partition_info[0].upper == (counts["upper"],)
+    # each epoch leased once and acked (acked ones behind the position are compacted away)
+    assert cat.group_info("t", "g").position == (counts["group"] - 1,)
+    assert [(e.time, e.state, e.deliveries) for e in cat.group_epochs("t", "g")] == \
+        [(counts["group"] - 1, "acked", 1)]
     cat.close()
 
 
@@ -223,9 +243,11 @@ def test_a_commit_whose_answer_is_lost_is_applied_once(pg_url, monkeypatch):
         from epochstream.order import TOTAL
         return plan(TOTAL, "shared", [(0, WHOLE), (1, WHOLE)], states, now=now, max_epochs=1,
                     max_deliver=5), stored
+    lose["next"] = True  # the claim committed, its answer lost: the retry finds its lease
     claimed, _, _ = cat.group_claim("t", "g", "w", decide)
+    assert [(c.unit[0], c.deliveries) for c in claimed] == [(0, 1)]
     lose["next"] = True
     cat.group_settle("t", "g", claimed[0].unit, claimed[0].token, outcome="ack")
     assert [e.state for e in cat.group_epochs("t", "g")][:1] == ["acked"]
-    assert lose["lost"] == 3
+    assert lose["lost"] == 4
     cat.close()

@@ -266,12 +266,26 @@ class GroupCatalog:
             raise GroupStopped(f"consumer group {name!r} of topic {topic!r} stopped: {reason}")
         return ack_wait, token, stored, float(now)
 
-    @retried
     def group_claim(self, topic: str, name: str, worker: str, decide: Callable[[dict, float], Any],
                     ) -> tuple[list[Claimed], list[Claimed], tuple | None]:
+        return self._group_claim(topic, name, worker, decide, [])
+
+    @retried
+    def _group_claim(self, topic: str, name: str, worker: str, decide: Callable, seen: list,
+                     ) -> tuple[list[Claimed], list[Claimed], tuple | None]:
+        """:meth:`group_claim`; ``seen`` keeps the group's next token as the first attempt read
+        it: a retry after a commit whose answer was lost finds that attempt's leases by it and
+        returns them (claiming anew would leave them leased to this worker unknowingly until
+        their deadline)."""
         pid, pid_start, host, _ = check_holder(None, None, None, None)
         with self._hot_write("FULL") as conn:
             ack_wait, token, stored, now = self._claim_start(conn, topic, name)
+            if seen and retrying() and token > seen[0]:
+                found = self._leased_since(conn, topic, name, worker, seen[0], ack_wait)
+                if found is not None:
+                    return (*found, None if stored is None else decode_upper(stored))
+            if not seen:
+                seen.append(token)
             states = self._states(conn, topic, name)
             the_plan, position = decide(states, now,
                                         None if stored is None else decode_upper(stored))
@@ -311,6 +325,28 @@ class GroupCatalog:
             claimed, exhausted_ = self._claim_apply(conn, topic, name, worker, states, the_plan,
                                                     position, ack_wait, token, now, holder)
             return claimed, exhausted_, position
+
+    @staticmethod
+    def _leased_since(conn, topic: str, name: str, worker: str, token: int,
+                      ack_wait: float) -> tuple[list[Claimed], list[Claimed]] | None:
+        """Inside a claim's transaction: the units ``worker`` holds under tokens from ``token``
+        on, as ``(claimed, exhausted)`` (an exhausted unit's delivery was not counted: its last
+        history entry is not this lease's), or ``None`` if it holds none."""
+        rows = conn.execute(
+            "SELECT time, bucket, deliveries, token, deadline, history FROM group_epochs WHERE "
+            "topic = ? AND name = ? AND worker = ? AND token >= ? AND state = 'leased' "
+            "ORDER BY token", (topic, name, worker, token)).fetchall()
+        if not rows:
+            return None
+        claimed: list[Claimed] = []
+        exhausted: list[Claimed] = []
+        for t, b, deliveries, tok, deadline, hist in rows:
+            history = tuple(tuple(h) for h in json.loads(hist))
+            fresh = bool(history) and history[-1][0] == worker and \
+                abs(history[-1][1] + ack_wait - deadline) < 1e-6
+            (claimed if fresh else exhausted).append(
+                Claimed((decode_time(t), b), tok, deliveries, deadline, history))
+        return claimed, exhausted
 
     def _claim_apply(self, conn, topic: str, name: str, worker: str, states: dict, the_plan,
                      position, ack_wait: float, token: int, now: float,
