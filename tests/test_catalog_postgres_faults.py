@@ -202,27 +202,32 @@ def test_a_commit_whose_answer_is_lost_is_applied_once(pg_url, monkeypatch):
     for another publisher's (each fails on the code before the retry-safe versions)."""
     from epochstream.catalog import store as store_mod
 
-    real_write = store_mod.PostgresStore.write
     lose = {"next": False, "lost": 0}
 
-    def write(self, synchronous=None):
-        cm = real_write(self, synchronous)
+    def losing(real):  # the store's transaction (or atomic statement), its answer lost once
+        return lambda self, synchronous=None: LoseAnswer(real(self, synchronous))
 
-        class LoseAnswer:
-            def __enter__(s):
-                return cm.__enter__()
+    class LoseAnswer:
+        def __init__(s, cm):
+            s.cm = cm
 
-            def __exit__(s, *exc):
-                out = cm.__exit__(*exc)  # committed (or rolled back) for real
-                if exc[0] is None and lose["next"]:
-                    lose["next"] = False
-                    lose["lost"] += 1
-                    raise store_mod.Transient("the answer of COMMIT was lost")
-                return out
-        return LoseAnswer()
+        def __enter__(s):
+            return s.cm.__enter__()
+
+        def __exit__(s, *exc):
+            out = s.cm.__exit__(*exc)  # committed (or rolled back) for real
+            if exc[0] is None and lose["next"]:
+                lose["next"] = False
+                lose["lost"] += 1
+                raise store_mod.Transient("the answer of COMMIT was lost")
+            return out
+
+    write = losing(store_mod.PostgresStore.write)
+    atomic = losing(store_mod.PostgresStore.atomic)
 
     monkeypatch.setattr(store_mod.PostgresStore, "write", write)
     monkeypatch.setattr(store_mod.PostgresStore, "hot_write", write)
+    monkeypatch.setattr(store_mod.PostgresStore, "atomic", atomic)
     cat = Catalog(pg_url, timeout=10)
     cat.create_topic("t", partitions=1)
     cat.history_begin("t", 0, "/tmp/es-pg-lost-answer", [0], [0])

@@ -226,14 +226,20 @@ class GroupCatalog:
             return cur.rowcount > 0
 
     @staticmethod
-    def _states(conn, topic: str, name: str) -> dict:
+    def _states(conn, topic: str, name: str, rows: dict | None = None) -> dict:
+        """``{unit: EpochState}`` of the group's units (``rows``, if given, receives
+        ``{unit: (token, history JSON)}``: what a claim's compare-and-set expects)."""
         out = {}
-        for t, b, st, deliveries, deadline, not_before, pid, pid_start, host in conn.execute(
+        for t, b, st, deliveries, deadline, not_before, pid, pid_start, host, token, history \
+                in conn.execute(
                 "SELECT time, bucket, state, deliveries, deadline, not_before, worker_pid, "
-                "worker_pid_start, worker_host FROM group_epochs WHERE topic = ? AND name = ?",
-                (topic, name)):
+                "worker_pid_start, worker_host, token, history FROM group_epochs "
+                "WHERE topic = ? AND name = ?", (topic, name)):
             alive = st != "leased" or pid is None or pid_alive(pid, pid_start, host)
-            out[(decode_time(t), b)] = EpochState(st, deliveries, deadline, not_before, alive)
+            unit = (decode_time(t), b)
+            out[unit] = EpochState(st, deliveries, deadline, not_before, alive)
+            if rows is not None:
+                rows[unit] = (token, history)
         return out
 
     @retried
@@ -286,11 +292,12 @@ class GroupCatalog:
                     return (*found, None if stored is None else decode_upper(stored))
             if not seen:
                 seen.append(token)
-            states = self._states(conn, topic, name)
+            rows: dict = {}
+            states = self._states(conn, topic, name, rows)
             the_plan, position = decide(states, now,
                                         None if stored is None else decode_upper(stored))
-            claimed, exhausted = self._claim_apply(conn, topic, name, worker, states, the_plan,
-                                                   position, ack_wait, token, now,
+            claimed, exhausted = self._claim_apply(conn, topic, name, worker, states, rows,
+                                                   the_plan, position, ack_wait, token, now,
                                                    (pid, pid_start, host))
             return claimed, exhausted, position
 
@@ -319,11 +326,13 @@ class GroupCatalog:
             position = decode_upper(encode_upper(position))
         with self._hot_write("FULL") as conn:
             ack_wait, token, stored, now = self._claim_start(conn, topic, name)
-            states = self._states(conn, topic, name)
+            rows: dict = {}
+            states = self._states(conn, topic, name, rows)
             if _fingerprint(states, stored) != fingerprint:
                 return None
-            claimed, exhausted_ = self._claim_apply(conn, topic, name, worker, states, the_plan,
-                                                    position, ack_wait, token, now, holder)
+            claimed, exhausted_ = self._claim_apply(conn, topic, name, worker, states, rows,
+                                                    the_plan, position, ack_wait, token, now,
+                                                    holder)
             return claimed, exhausted_, position
 
     @staticmethod
@@ -348,11 +357,15 @@ class GroupCatalog:
                 Claimed((decode_time(t), b), tok, deliveries, deadline, history))
         return claimed, exhausted
 
-    def _claim_apply(self, conn, topic: str, name: str, worker: str, states: dict, the_plan,
-                     position, ack_wait: float, token: int, now: float,
+    def _claim_apply(self, conn, topic: str, name: str, worker: str, states: dict, rows: dict,
+                     the_plan, position, ack_wait: float, token: int, now: float,
                      holder: tuple) -> tuple[list[Claimed], list[Claimed]]:
         """Inside a claim's transaction: lease ``the_plan``'s units to ``worker`` (process
-        ``holder`` = ``(pid, pid_start, host)``), store ``position`` (unless ``None``)."""
+        ``holder`` = ``(pid, pid_start, host)``), store ``position`` (unless ``None``).
+
+        Each unit's row is set only if it is still as the claim read it (``rows``: its token;
+        a compare-and-set): an ack (``group_settle``, which takes no write lock on PostgreSQL)
+        that landed after the read keeps its epoch acked, and the unit is not leased."""
         pid, pid_start, host = holder
         claimed, exhausted = [], []
         for unit in (*the_plan.lease, *the_plan.exhausted):
@@ -360,13 +373,11 @@ class GroupCatalog:
             fresh = unit not in the_plan.exhausted  # exhausted: leased to dead-letter it
             deliveries = (st.deliveries if st is not None else 0) + (1 if fresh else 0)
             key, bucket = encode_time(unit[0]), unit[1]
-            hist_row = conn.execute("SELECT history FROM group_epochs WHERE topic = ? AND "
-                                    "name = ? AND time = ? AND bucket = ?",
-                                    (topic, name, key, bucket)).fetchone()
-            history = json.loads(hist_row[0]) if hist_row else []
+            expected, hist = rows.get(unit, (None, None))
+            history = json.loads(hist) if hist else []
             if fresh:
                 history.append([worker, now])
-            conn.execute(
+            cur = conn.execute(
                 "INSERT INTO group_epochs (topic, name, time, bucket, state, deliveries, token, "
                 "worker, worker_pid, worker_pid_start, worker_host, deadline, not_before, "
                 "history) VALUES (?, ?, ?, ?, 'leased', ?, ?, ?, ?, ?, ?, ?, 0, ?) "
@@ -375,9 +386,13 @@ class GroupCatalog:
                 "worker = excluded.worker, worker_pid = excluded.worker_pid, "
                 "worker_pid_start = excluded.worker_pid_start, "
                 "worker_host = excluded.worker_host, deadline = excluded.deadline, "
-                "not_before = excluded.not_before, history = excluded.history",
+                "not_before = excluded.not_before, history = excluded.history "
+                "WHERE group_epochs.token = ? AND group_epochs.state = ?",
                 (topic, name, key, bucket, deliveries, token, worker, pid, pid_start,
-                 host, now + ack_wait, json.dumps(history)))
+                 host, now + ack_wait, json.dumps(history), expected,
+                 st.state if st is not None else None))
+            if cur.rowcount == 0:  # settled since the read (or a new row raced in): skip it
+                continue
             (claimed if fresh else exhausted).append(Claimed(
                 unit, token, deliveries, now + ack_wait, tuple(tuple(h) for h in history)))
             token += 1
@@ -407,37 +422,43 @@ class GroupCatalog:
                      delay: float = 0.0) -> float:
         t, bucket = unit
         key = encode_time(t)
-        where = "topic = ? AND name = ? AND time = ? AND bucket = ?"
-        args = (topic, name, key, bucket)
-        what = f"epoch {t!r}" if bucket < 0 else f"bucket {bucket} of epoch {t!r}"
-        with self._hot_write("FULL") as conn:
-            row = conn.execute(
-                "SELECT g.ack_wait, e.state, e.token, e.deadline, e.worker, epoch_now() FROM "
-                "group_epochs e JOIN groups g ON g.topic = e.topic AND g.name = e.name WHERE "
-                "e.topic = ? AND e.name = ? AND e.time = ? AND e.bucket = ?", args).fetchone()
-            now = float(row[5]) if row is not None else time.time()
-            settled = {"ack": "acked", "dead": "dead", "nak": "free"}.get(outcome)
-            if retrying() and row is not None and row[2] == token and row[1] == settled:
-                return now  # this settlement, retried after its commit's answer was lost
-            if row is None or row[1] != "leased" or row[2] != token or row[3] < now:
-                why = ("the group forgot it (acked and compacted, or the group was dropped)"
-                       if row is None else
-                       f"it is {row[1]} now" if row[1] != "leased" and row[2] == token else
-                       f"it was leased again (token {row[2]}, worker {row[4]})"
-                       if row[2] != token else
-                       f"its deadline passed {now - row[3]:.3f} s ago")
-                raise LeaseExpired(f"consumer group {name!r} of {topic!r}: the lease of {what} "
-                                   f"(token {token}) is no longer held: {why}; the {outcome} "
-                                   f"is refused")
+        args = (topic, name, key, bucket, token)
+        held = ("topic = ? AND name = ? AND time = ? AND bucket = ? AND state = 'leased' AND "
+                "token = ? AND deadline >= epoch_now()")
+        # one compare-and-set of the lease's row (no write lock on PostgreSQL: a claim that
+        # re-leases an expired unit meanwhile sets it only if the row is still what it read)
+        with self._atomic("FULL") as conn:
             if outcome == "extend":
-                conn.execute(f"UPDATE group_epochs SET deadline = ? WHERE {where}",
-                             (now + row[0], *args))
-                return now + row[0]
-            new_state = {"ack": "acked", "dead": "dead", "nak": "free"}[outcome]
-            conn.execute(f"UPDATE group_epochs SET state = ?, not_before = ?, deadline = 0 "
-                         f"WHERE {where}",
-                         (new_state, now + delay if outcome == "nak" else 0.0, *args))
-            return now
+                row = conn.execute(
+                    f"UPDATE group_epochs SET deadline = epoch_now() + (SELECT g.ack_wait FROM "
+                    f"groups g WHERE g.topic = group_epochs.topic AND g.name = "
+                    f"group_epochs.name) WHERE {held} RETURNING deadline", args).fetchone()
+            else:
+                new_state = {"ack": "acked", "dead": "dead", "nak": "free"}[outcome]
+                row = conn.execute(
+                    f"UPDATE group_epochs SET state = ?, not_before = CASE WHEN ? THEN "
+                    f"epoch_now() + ? ELSE 0 END, deadline = 0 WHERE {held} "
+                    f"RETURNING epoch_now()",
+                    (new_state, outcome == "nak", float(delay), *args)).fetchone()
+        if row is not None:
+            return float(row[0])
+        with self._connect() as conn:  # refused (or this settlement applied already): why
+            row = conn.execute(
+                "SELECT state, token, deadline, worker, epoch_now() FROM group_epochs WHERE "
+                "topic = ? AND name = ? AND time = ? AND bucket = ?", args[:4]).fetchone()
+        settled = {"ack": "acked", "dead": "dead", "nak": "free"}.get(outcome)
+        if retrying() and row is not None and row[1] == token and row[0] == settled:
+            return float(row[4])  # this settlement, retried after its commit's answer was lost
+        what = f"epoch {t!r}" if bucket < 0 else f"bucket {bucket} of epoch {t!r}"
+        why = ("the group forgot it (acked and compacted, or the group was dropped)"
+               if row is None else
+               f"it is {row[0]} now" if row[0] != "leased" and row[1] == token else
+               f"it was leased again (token {row[1]}, worker {row[3]})"
+               if row[1] != token else
+               f"its deadline passed {float(row[4]) - row[2]:.3f} s ago")
+        raise LeaseExpired(f"consumer group {name!r} of {topic!r}: the lease of {what} "
+                           f"(token {token}) is no longer held: {why}; the {outcome} "
+                           f"is refused")
 
     @retried
     def group_stop(self, topic: str, name: str, reason: str) -> None:

@@ -179,6 +179,7 @@ class SqlCatalog(HistoryCatalog, GroupCatalog, Catalog):
         self._snapshot = store.snapshot
         self._write = store.write
         self._hot_write = store.hot_write
+        self._atomic = store.atomic
         self._hot = store.hot
 
     @retried

@@ -324,6 +324,11 @@ class SQLiteStore:
                     self.drop_hot()
                     raise CatalogError(f"catalog {self.path}: {e}") from e
 
+    def atomic(self, synchronous: str) -> Any:
+        """A connection for one atomic compare-and-set statement: on SQLite
+        :meth:`hot_write` (every write takes the file's lock anyway)."""
+        return self.hot_write(synchronous)
+
     def close(self) -> None:
         """Close this thread's hot connection (others close when their thread's state goes)."""
         self.drop_hot()
@@ -533,6 +538,17 @@ class PostgresStore:
                 yield _PgConnection(raw)
 
     hot_write = write
+
+    @contextlib.contextmanager
+    def atomic(self, synchronous: str) -> Iterator[_PgConnection]:
+        """An autocommit connection for one atomic compare-and-set statement, **without** the
+        write lock: an ``UPDATE … WHERE <expected state>`` of one row is atomic on its own
+        under READ COMMITTED (a concurrent writer of that row waits for it and re-checks its
+        own condition on the row's new version), so it need not queue behind every other
+        catalog write (a consumer group's ack: ``group_settle``). ``synchronous`` is ignored
+        (see :meth:`write`)."""
+        with self.read() as conn:
+            yield conn
 
     @contextlib.contextmanager
     def hot(self) -> Iterator[_PgConnection]:

@@ -401,3 +401,30 @@ def test_key_shared_worker_processes_keep_per_key_order_when_one_is_killed(tmp_p
         got = seen.get(c, [])
         assert got == sorted(got) and len(set(got)) == len(got), c  # per-key order, once each
         assert set(want) - set(got) <= unprinted, c
+
+
+def test_an_ack_landing_inside_a_claim_keeps_its_epoch_acked(pg_url):
+    """On PostgreSQL an ack (``group_settle``) takes no write lock: it can commit between a
+    claim's read of the group and its writes. The claim then must not lease that epoch again
+    (its rows are a compare-and-set on what it read): here the claim decides to re-lease epoch
+    0 (as it would if its read showed the lease expired) while, inside its transaction, the
+    holder's ack lands. The epoch stays acked and the claim leases nothing (on the code before
+    the compare-and-set it was leased again: delivered twice after an accepted ack)."""
+    from epochstream.leases import WHOLE, Plan
+
+    cat = Catalog(pg_url)
+    _publish(cat, "jobs", 1)
+    holder = EpochGroup("jobs", "g", cat, ack_wait=30, worker="holder")
+    lease = holder.fetch(1)[0]
+    other = Catalog(pg_url)
+
+    def decide(states, now, stored):
+        assert states[(0, WHOLE)].state == "leased"
+        lease.ack()  # commits now, on another connection, without the write lock
+        return Plan(((0, WHOLE),), ()), None
+
+    claimed, exhausted, _ = other.group_claim("jobs", "g", "thief", decide)
+    assert (claimed, exhausted) == ([], [])
+    assert [(e.time, e.state, e.deliveries) for e in cat.group_epochs("jobs", "g")] == \
+        [(0, "acked", 1)]
+    other.close()
