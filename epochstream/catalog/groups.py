@@ -259,18 +259,21 @@ class GroupCatalog:
 
     @staticmethod
     def _claim_start(conn, topic: str, name: str) -> tuple:
-        """Inside a claim's transaction: ``(ack_wait, next_token, stored position text, now)``
+        """Inside a claim's transaction: ``(ack_wait, next_token, stored position text, now,
+        the topic's order name)``
         (``now``: the catalog's clock, ``epoch_now()``: lease deadlines are the database
         server's time on PostgreSQL, whatever the workers' clocks say); raises
         :class:`CatalogError` (no such group) or :class:`GroupStopped`."""
-        row = conn.execute("SELECT ack_wait, next_token, state, reason, position, epoch_now() "
-                           "FROM groups WHERE topic = ? AND name = ?", (topic, name)).fetchone()
+        row = conn.execute("SELECT g.ack_wait, g.next_token, g.state, g.reason, g.position, "
+                           "epoch_now(), t.order_name FROM groups g JOIN topics t ON "
+                           "t.name = g.topic WHERE g.topic = ? AND g.name = ?",
+                           (topic, name)).fetchone()
         if row is None:
             raise CatalogError(f"topic {topic!r} has no consumer group {name!r}")
-        ack_wait, token, state, reason, stored, now = row
+        ack_wait, token, state, reason, stored, now, order_name = row
         if state == "stopped":
             raise GroupStopped(f"consumer group {name!r} of topic {topic!r} stopped: {reason}")
-        return ack_wait, token, stored, float(now)
+        return ack_wait, token, stored, float(now), order_name
 
     def group_claim(self, topic: str, name: str, worker: str, decide: Callable[[dict, float], Any],
                     ) -> tuple[list[Claimed], list[Claimed], tuple | None]:
@@ -285,7 +288,7 @@ class GroupCatalog:
         their deadline)."""
         pid, pid_start, host, _ = check_holder(None, None, None, None)
         with self._hot_write("FULL") as conn:
-            ack_wait, token, stored, now = self._claim_start(conn, topic, name)
+            ack_wait, token, stored, now, order_name = self._claim_start(conn, topic, name)
             if seen and retrying() and token > seen[0]:
                 found = self._leased_since(conn, topic, name, worker, seen[0], ack_wait)
                 if found is not None:
@@ -298,13 +301,13 @@ class GroupCatalog:
                                         None if stored is None else decode_upper(stored))
             claimed, exhausted = self._claim_apply(conn, topic, name, worker, states, rows,
                                                    the_plan, position, ack_wait, token, now,
-                                                   (pid, pid_start, host))
+                                                   (pid, pid_start, host), order_name)
             return claimed, exhausted, position
 
     @retried
     def group_claim_read(self, topic: str, name: str) -> ClaimView:
         with self._snapshot() as conn:
-            _, _, stored, now = self._claim_start(conn, topic, name)
+            _, _, stored, now, _ = self._claim_start(conn, topic, name)
             states = self._states(conn, topic, name)
         return ClaimView(tuple(states.items()), now,
                          None if stored is None else decode_upper(stored),
@@ -325,14 +328,14 @@ class GroupCatalog:
         if position is not None:
             position = decode_upper(encode_upper(position))
         with self._hot_write("FULL") as conn:
-            ack_wait, token, stored, now = self._claim_start(conn, topic, name)
+            ack_wait, token, stored, now, order_name = self._claim_start(conn, topic, name)
             rows: dict = {}
             states = self._states(conn, topic, name, rows)
             if _fingerprint(states, stored) != fingerprint:
                 return None
             claimed, exhausted_ = self._claim_apply(conn, topic, name, worker, states, rows,
                                                     the_plan, position, ack_wait, token, now,
-                                                    holder)
+                                                    holder, order_name)
             return claimed, exhausted_, position
 
     @staticmethod
@@ -359,7 +362,7 @@ class GroupCatalog:
 
     def _claim_apply(self, conn, topic: str, name: str, worker: str, states: dict, rows: dict,
                      the_plan, position, ack_wait: float, token: int, now: float,
-                     holder: tuple) -> tuple[list[Claimed], list[Claimed]]:
+                     holder: tuple, order_name: str) -> tuple[list[Claimed], list[Claimed]]:
         """Inside a claim's transaction: lease ``the_plan``'s units to ``worker`` (process
         ``holder`` = ``(pid, pid_start, host)``), store ``position`` (unless ``None``).
 
@@ -396,24 +399,30 @@ class GroupCatalog:
             (claimed if fresh else exhausted).append(Claimed(
                 unit, token, deliveries, now + ack_wait, tuple(tuple(h) for h in history)))
             token += 1
-        conn.execute("UPDATE groups SET next_token = ? WHERE topic = ? AND name = ?",
-                     (token, topic, name))
-        if position is not None:
-            self._set_position(conn, topic, name, position, states)
+        if position is None:
+            conn.execute("UPDATE groups SET next_token = ? WHERE topic = ? AND name = ?",
+                         (token, topic, name))
+        else:  # one statement for both
+            conn.execute("UPDATE groups SET next_token = ?, position = ? WHERE topic = ? AND "
+                         "name = ?", (token, encode_upper(position), topic, name))
+            self._forget_behind(conn, topic, name, order_name, position, states)
         return claimed, exhausted
 
-    def _set_position(self, conn, topic: str, name: str, position, states: dict) -> None:
+    @staticmethod
+    def _forget_behind(conn, topic: str, name: str, order_name: str, position,
+                       states: dict) -> None:
+        """Delete the settled (acked or dead) units behind the group's new ``position``."""
         from ..frontier import Antichain
         from ..order import by_name
-        order = by_name(conn.execute("SELECT order_name FROM topics WHERE name = ?",
-                                     (topic,)).fetchone()[0])
-        pos = Antichain(order, position)
-        conn.execute("UPDATE groups SET position = ? WHERE topic = ? AND name = ?",
-                     (encode_upper(position), topic, name))
+
         if not position:  # () forgets nothing: a stream that continues the log comes later
             return
-        for (t, b), st in states.items():
-            if st.done() and not pos.less_equal(t):
+        done = [u for u, st in states.items() if st.done()]
+        if not done:
+            return
+        pos = Antichain(by_name(order_name), position)
+        for t, b in done:
+            if not pos.less_equal(t):
                 conn.execute("DELETE FROM group_epochs WHERE topic = ? AND name = ? AND "
                              "time = ? AND bucket = ?", (topic, name, encode_time(t), b))
 

@@ -56,6 +56,9 @@ POSTGRES_SCHEMES = ("postgresql", "postgres")
 WRITE_LOCK_KEY = 0x6570_6F63_6873_7472  # "epochstr": the advisory lock of catalog writes
 """The key of the PostgreSQL advisory lock every catalog write transaction holds (bigint)."""
 
+_BEGIN_LOCKED = (f"BEGIN ISOLATION LEVEL READ COMMITTED; "
+                 f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")
+
 CHANNEL = "epochstream_catalog"
 """The PostgreSQL ``NOTIFY`` channel: each write that changes a topic's definition or the state
 of a partition notifies it with the topic's name, when it commits."""
@@ -533,9 +536,14 @@ class PostgresStore:
         waits for PostgreSQL's WAL flush (``synchronous_commit`` as the server sets it), since a
         crash of the *server* must not lose an index commit or an ack it confirmed."""
         with self._borrow() as raw:
-            with raw.transaction():
-                raw.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
+            raw.execute(_BEGIN_LOCKED)  # BEGIN and the lock in one round trip (simple query)
+            try:
                 yield _PgConnection(raw)
+            except BaseException:
+                with contextlib.suppress(Exception):  # (a broken connection is closed anyway)
+                    raw.execute("ROLLBACK")
+                raise
+            raw.execute("COMMIT")
 
     hot_write = write
 
