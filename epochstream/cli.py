@@ -68,6 +68,7 @@ from ._cli.grants import grant_app
 from ._cli.history import HistoryWriter, delete_logs, print_history
 from ._cli.keys import keys_app
 from ._cli.lookup import find_topic, publishers
+from ._cli.observe import metrics_app
 from ._cli.positions import TIME_HELP, fmt_position, parse_position
 # EXIT_CLOSED and EXIT_UNKNOWN_TOPIC (both EXIT_USAGE) stay importable from here for callers of
 # earlier versions
@@ -616,6 +617,40 @@ app.add_typer(catalog_app, name="catalog",
 app.add_typer(keys_app, name="keys", short_help="CURVE key pairs: keys generate DIR NAME.")
 app.add_typer(grant_app, name="grant",
               short_help="Who may subscribe to which topics: grant add|revoke|ls.")
+
+
+# ---- metrics, health, top (docs/operations.md) ---------------------------------------------------
+
+
+app.add_typer(metrics_app, name="metrics",
+              short_help="Serve a catalog's metrics for Prometheus: metrics serve --bind.")
+
+
+@app.command(
+    short_help="Is TOPIC healthy? Exit status 0 yes, 1 no, 2 unknown.",
+    help="Check TOPIC for an orchestrator: no partition aborted, dead or expired, no durable "
+         "subscription expired, stalled or stopped, no consumer group stopped or stalled. "
+         "Prints 'topic TOPIC: healthy', or one line per problem. Exit status 0 healthy, 1 "
+         "unhealthy, 2 an unknown topic, a catalog that cannot be read, or bad usage.")
+def health(topic: str = typer.Argument(..., metavar="TOPIC"),
+           catalog: Optional[str] = _catalog_option("to read")) -> None:
+    from ._cli.observe import health as run_health
+    run_health(topic, catalog)
+
+
+@app.command(
+    short_help="A catalog's topics, frontiers and readers' lag (--once: one report).",
+    help="Report every topic of the catalog: partitions (state, run, generation, lower and "
+         "upper frontier, retained epochs) and readers -- durable subscriptions and consumer "
+         "groups -- with their lag in epochs and seconds and their status (ok, warn, stall, "
+         "stop, rewind; docs/operations.md). --once prints one report (a table, or JSON with "
+         "--json) and exits.")
+def top(catalog: Optional[str] = _catalog_option("to read"),
+        once: bool = typer.Option(False, "--once", help="Print one report and exit."),
+        as_json: bool = typer.Option(False, "--json", help="With --once: the report as JSON.")
+        ) -> None:
+    from ._cli.observe import top as run_top
+    run_top(catalog, once, as_json)
 
 
 # ---- relay ------------------------------------------------------------------------------------

@@ -75,7 +75,11 @@ class GroupInfo:
     """A consumer group as stored: definition, ``position`` (a tuple of times or ``None``
     before its first fetch), ``state`` (``"active"``/``"stopped"``) and ``reason``, plus
     ``leased``/``acked``/``dead`` (units ``(time, bucket)`` at or beyond the position in each
-    state; bucket ``-1`` is a whole epoch)."""
+    state; bucket ``-1`` is a whole epoch); running totals since the group began:
+    ``acked_total``, ``dead_total`` (units settled so), ``redelivered_total`` (deliveries after
+    a unit's first), and ``settled_at`` (the catalog's clock at the last ack, nak or
+    dead-lettering, seconds since the epoch, ``None`` before the first); ``created_at``
+    (``time.time()`` when it was opened)."""
 
     topic: str
     name: str
@@ -89,6 +93,11 @@ class GroupInfo:
     leased: tuple
     acked: tuple
     dead: tuple
+    acked_total: int = 0
+    dead_total: int = 0
+    redelivered_total: int = 0
+    settled_at: float | None = None
+    created_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +156,8 @@ def _fingerprint(states: dict, stored: str | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-_GROUP_COLUMNS = ("mode, ack_wait, max_deliver, dead_letter, position, state, reason")
+_GROUP_COLUMNS = ("mode, ack_wait, max_deliver, dead_letter, position, state, reason, "
+                  "acked_total, dead_total, redelivered_total, settled_at, created_at")
 
 
 def _unit_time(t: Any) -> Any:
@@ -193,17 +203,22 @@ class GroupCatalog:
                            (topic, name)).fetchone()
         if row is None:
             raise CatalogError(f"topic {topic!r} has no consumer group {name!r}")
-        mode, ack_wait, max_deliver, dead_letter, position, state, reason = row
+        (mode, ack_wait, max_deliver, dead_letter, position, state, reason, acked_total,
+         dead_total, redelivered_total, settled_at, created_at) = row
         by_state: dict[str, list] = {"leased": [], "acked": [], "dead": []}
-        for t, b, st in conn.execute("SELECT time, bucket, state FROM group_epochs WHERE "
-                                     "topic = ? AND name = ? ORDER BY time, bucket",
-                                     (topic, name)):
+        for t, b, st, settled in conn.execute(
+                "SELECT time, bucket, state, settled_at FROM group_epochs WHERE topic = ? AND "
+                "name = ? ORDER BY time, bucket", (topic, name)):
             if st in by_state:
                 by_state[st].append((decode_time(t), b))
+            if settled is not None and (settled_at is None or settled > settled_at):
+                settled_at = settled
         return GroupInfo(topic, name, mode, ack_wait, max_deliver, dead_letter,
                          None if position is None else decode_upper(position), state, reason,
                          tuple(by_state["leased"]), tuple(by_state["acked"]),
-                         tuple(by_state["dead"]))
+                         tuple(by_state["dead"]), acked_total + len(by_state["acked"]),
+                         dead_total + len(by_state["dead"]), redelivered_total, settled_at,
+                         created_at)
 
     @retried
     def group_info(self, topic: str, name: str) -> GroupInfo:
@@ -228,18 +243,19 @@ class GroupCatalog:
     @staticmethod
     def _states(conn, topic: str, name: str, rows: dict | None = None) -> dict:
         """``{unit: EpochState}`` of the group's units (``rows``, if given, receives
-        ``{unit: (token, history JSON)}``: what a claim's compare-and-set expects)."""
+        ``{unit: (token, history JSON, settled_at)}``: what a claim's compare-and-set expects,
+        and what compacting a settled unit folds into the group's totals)."""
         out = {}
-        for t, b, st, deliveries, deadline, not_before, pid, pid_start, host, token, history \
-                in conn.execute(
+        for t, b, st, deliveries, deadline, not_before, pid, pid_start, host, token, history, \
+                settled_at in conn.execute(
                 "SELECT time, bucket, state, deliveries, deadline, not_before, worker_pid, "
-                "worker_pid_start, worker_host, token, history FROM group_epochs "
+                "worker_pid_start, worker_host, token, history, settled_at FROM group_epochs "
                 "WHERE topic = ? AND name = ?", (topic, name)):
             alive = st != "leased" or pid is None or pid_alive(pid, pid_start, host)
             unit = (decode_time(t), b)
             out[unit] = EpochState(st, deliveries, deadline, not_before, alive)
             if rows is not None:
-                rows[unit] = (token, history)
+                rows[unit] = (token, history, settled_at)
         return out
 
     @retried
@@ -371,12 +387,13 @@ class GroupCatalog:
         that landed after the read keeps its epoch acked, and the unit is not leased."""
         pid, pid_start, host = holder
         claimed, exhausted = [], []
+        redelivered = 0  # units delivered again (the group's redelivered_total)
         for unit in (*the_plan.lease, *the_plan.exhausted):
             st = states.get(unit)
             fresh = unit not in the_plan.exhausted  # exhausted: leased to dead-letter it
             deliveries = (st.deliveries if st is not None else 0) + (1 if fresh else 0)
             key, bucket = encode_time(unit[0]), unit[1]
-            expected, hist = rows.get(unit, (None, None))
+            expected, hist, _ = rows.get(unit, (None, None, None))
             history = json.loads(hist) if hist else []
             if fresh:
                 history.append([worker, now])
@@ -399,19 +416,25 @@ class GroupCatalog:
             (claimed if fresh else exhausted).append(Claimed(
                 unit, token, deliveries, now + ack_wait, tuple(tuple(h) for h in history)))
             token += 1
+            if fresh and deliveries > 1:
+                redelivered += 1
         if position is None:
-            conn.execute("UPDATE groups SET next_token = ? WHERE topic = ? AND name = ?",
-                         (token, topic, name))
+            conn.execute("UPDATE groups SET next_token = ?, redelivered_total = redelivered_total "
+                         "+ ? WHERE topic = ? AND name = ?", (token, redelivered, topic, name))
         else:  # one statement for both
-            conn.execute("UPDATE groups SET next_token = ?, position = ? WHERE topic = ? AND "
-                         "name = ?", (token, encode_upper(position), topic, name))
-            self._forget_behind(conn, topic, name, order_name, position, states)
+            conn.execute("UPDATE groups SET next_token = ?, redelivered_total = redelivered_total "
+                         "+ ?, position = ? WHERE topic = ? AND name = ?",
+                         (token, redelivered, encode_upper(position), topic, name))
+            self._forget_behind(conn, topic, name, order_name, position, states, rows)
         return claimed, exhausted
 
     @staticmethod
     def _forget_behind(conn, topic: str, name: str, order_name: str, position,
-                       states: dict) -> None:
-        """Delete the settled (acked or dead) units behind the group's new ``position``."""
+                       states: dict, rows: dict) -> None:
+        """Delete the settled (acked or dead) units behind the group's new ``position``,
+        folding them into the group's totals (``acked_total``, ``dead_total``, ``settled_at``:
+        the same transaction, so a reader of the totals plus the rows never counts one twice
+        or misses one)."""
         from ..frontier import Antichain
         from ..order import by_name
 
@@ -421,10 +444,24 @@ class GroupCatalog:
         if not done:
             return
         pos = Antichain(by_name(order_name), position)
+        acked = dead = 0
+        last = None
         for t, b in done:
             if not pos.less_equal(t):
                 conn.execute("DELETE FROM group_epochs WHERE topic = ? AND name = ? AND "
                              "time = ? AND bucket = ?", (topic, name, encode_time(t), b))
+                if states[(t, b)].state == "acked":
+                    acked += 1
+                else:
+                    dead += 1
+                settled = rows.get((t, b), (None, None, None))[2]
+                if settled is not None and (last is None or settled > last):
+                    last = settled
+        if acked or dead:
+            conn.execute("UPDATE groups SET acked_total = acked_total + ?, dead_total = "
+                         "dead_total + ?, settled_at = CASE WHEN settled_at IS NULL OR "
+                         "settled_at < ? THEN ? ELSE settled_at END WHERE topic = ? AND name = ?",
+                         (acked, dead, last, last, topic, name))
 
     @retried
     def group_settle(self, topic: str, name: str, unit: tuple, token: int, *, outcome: str,
@@ -446,8 +483,8 @@ class GroupCatalog:
                 new_state = {"ack": "acked", "dead": "dead", "nak": "free"}[outcome]
                 row = conn.execute(
                     f"UPDATE group_epochs SET state = ?, not_before = CASE WHEN ? THEN "
-                    f"epoch_now() + ? ELSE 0 END, deadline = 0 WHERE {held} "
-                    f"RETURNING epoch_now()",
+                    f"epoch_now() + ? ELSE 0 END, deadline = 0, settled_at = epoch_now() "
+                    f"WHERE {held} RETURNING settled_at",
                     (new_state, outcome == "nak", float(delay), *args)).fetchone()
         if row is not None:
             return float(row[0])

@@ -88,11 +88,11 @@ from .history import HISTORY_DDL
 from ..errors import CatalogError
 
 __all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "SECURITY_COLUMNS", "GENERATION_COLUMNS",
-           "POSTGRES_NOW_DDL", "RUN_COLUMNS", "GRANTS_DDL", "STATES",
+           "POSTGRES_NOW_DDL", "RUN_COLUMNS", "GROUP_TOTAL_COLUMNS", "GRANTS_DDL", "STATES",
            "ensure_schema", "enable_wal", "check_version",
            "retry_busy", "is_busy"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated;
 1: before durable history — version 2 adds the ``history_*`` and ``durables`` tables; version 3
 the consumer groups' ``groups`` and ``group_epochs``; version 4 the lease columns of the network
@@ -100,7 +100,8 @@ catalog, :data:`LEASE_COLUMNS`; version 5 the CURVE server key of each partition
 :data:`SECURITY_COLUMNS`, and the ``grants`` table, :data:`GRANTS_DDL`; version 6 the
 partitions' generation, :data:`GENERATION_COLUMNS`, and on PostgreSQL the function
 ``epoch_now()``, :data:`POSTGRES_NOW_DDL`; version 7 each partition's run,
-:data:`RUN_COLUMNS`)."""
+:data:`RUN_COLUMNS`; version 8 the consumer groups' running totals and settle times,
+:data:`GROUP_TOTAL_COLUMNS`)."""
 
 LEASE_COLUMNS = (("partitions", "lease", "REAL"), ("durables", "holder_lease", "REAL"),
                  ("durables", "holder_seen", "REAL"))
@@ -119,6 +120,16 @@ their partition is registered again)."""
 RUN_COLUMNS = (("partitions", "run", "INTEGER NOT NULL DEFAULT 1"),)
 """``(table, column, type)`` added by schema version 7: the run of the topic each partition's
 registration belongs to (``sqlcatalog.claim_run``)."""
+
+GROUP_TOTAL_COLUMNS = (("groups", "acked_total", "INTEGER NOT NULL DEFAULT 0"),
+                       ("groups", "dead_total", "INTEGER NOT NULL DEFAULT 0"),
+                       ("groups", "redelivered_total", "INTEGER NOT NULL DEFAULT 0"),
+                       ("groups", "settled_at", "REAL"),
+                       ("group_epochs", "settled_at", "REAL"))
+"""``(table, column, type)`` added by schema version 8, for a group's metrics
+(:mod:`epochstream.report`): units acked and dead-lettered that a claim compacted away (their
+rows are deleted once behind the position), deliveries beyond the first, and the catalog-clock
+time of the last settlement (``group_epochs.settled_at`` per unit until compacted)."""
 
 POSTGRES_NOW_DDL = """
 CREATE OR REPLACE FUNCTION epoch_now() RETURNS double precision
@@ -281,7 +292,8 @@ def _create_or_migrate(conn: sqlite3.Connection) -> None:
         conn.execute(_PARTITIONS_DDL.format(name="partitions"))
     for ddl in (*HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL):  # versions 1, 2 and 4: new tables only
         conn.execute(ddl)
-    for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS, *GENERATION_COLUMNS, *RUN_COLUMNS):
+    for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS, *GENERATION_COLUMNS, *RUN_COLUMNS,
+                                *GROUP_TOTAL_COLUMNS):
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         if column not in have:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -332,7 +344,8 @@ def ensure_postgres_schema(conn, where: str) -> int:
                     *HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL):
             conn.execute(postgres_ddl(ddl))
         conn.execute(POSTGRES_NOW_DDL)
-        for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS, *GENERATION_COLUMNS, *RUN_COLUMNS):
+        for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS, *GENERATION_COLUMNS, *RUN_COLUMNS,
+                                *GROUP_TOTAL_COLUMNS):
             conn.execute(postgres_ddl(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "
                                       f"{column} {kind}"))
         conn.execute("INSERT INTO epochstream_schema (id, version) VALUES (1, %s) "

@@ -1,0 +1,285 @@
+"""Metrics for Prometheus: collectors the user registers into their own registry.
+
+Nothing is registered at import and no server starts unless asked
+(``epochstream metrics serve``, :func:`serve`). Needs ``prometheus_client``
+(``pip install epochstream[metrics]``).
+
+- :class:`CatalogCollector` reports what the catalog says (:func:`epochstream.report.read_report`:
+  one read per scrape, the same numbers in every process): partitions' frontiers and state,
+  retained history, durable subscriptions' and consumer groups' lag and status.
+- :class:`PublisherCollector` reports a process's own publishers (their hot-path counters:
+  nothing of it is in the catalog).
+
+::
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from epochstream import Catalog
+    from epochstream.metrics import CatalogCollector
+
+    registry = CollectorRegistry()
+    registry.register(CatalogCollector(Catalog("/var/lib/epochstream")))
+    print(generate_latest(registry).decode())
+
+**Names** (units in the name, Prometheus style; labels ``catalog`` -- the catalog's location,
+password redacted -- and ``topic``, then ``partition``, ``name`` or ``group``):
+
+- ``epochstream_partition_upper_epoch``, ``epochstream_partition_lower_epoch``: for a topic of
+  total order, the frontier's single time (lower: the first epoch not complete; ``+Inf`` once
+  the partition finished). Topics of a partial order (``product(k)``) report each frontier
+  element's coordinates instead, as ``epochstream_partition_upper_time`` and
+  ``epochstream_partition_lower_time`` with labels ``element`` (its index in the frontier,
+  sorted) and ``dim`` (0..k-1), and ``epochstream_partition_frontier_elements`` (the
+  antichain's width, label ``frontier`` = ``lower``/``upper``). An empty upper frontier (no data
+  yet) has no sample; the lower frontier exists only for partitions with an epoch log.
+- ``epochstream_partition_state{state}`` (1 for the partition's state), ``…_generation``,
+  ``…_run``, ``epochstream_partition_retained_epochs``, ``…_retained_bytes``.
+- ``epochstream_durable_lag_epochs``, ``epochstream_durable_lag_seconds``,
+  ``epochstream_durable_last_ack_timestamp_seconds``, ``epochstream_durable_status{status}``,
+  ``epochstream_durable_expired``.
+- ``epochstream_group_pending_epochs``, ``…_leased_epochs``, ``…_lag_epochs``,
+  ``…_lag_seconds``, ``…_status{status}``, ``…_stopped``, and the counters
+  ``epochstream_group_redelivered_total``, ``…_acked_total``, ``…_dead_lettered_total``.
+- ``epochstream_catalog_up`` (1 if the last read succeeded), ``…_read_seconds``.
+
+Two catalogs go into one registry as one collector, ``CatalogCollector(a, b)`` (their series
+differ by the ``catalog`` label); registering two collectors that report the same names into one
+registry is refused by ``prometheus_client`` (``Duplicated timeseries``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time as _time
+from typing import Any, Iterable
+
+from .lag import STATUSES, LagWindow
+from .report import CatalogReport, TopicReport, read_report
+
+__all__ = ["CatalogCollector", "PublisherCollector", "metric_families", "require_prometheus"]
+
+
+def require_prometheus() -> Any:
+    """The ``prometheus_client`` module; raises ``ImportError`` naming the extra to install."""
+    try:
+        import prometheus_client
+    except ImportError as e:  # pragma: no cover - exercised without the extra only
+        raise ImportError("epochstream.metrics needs prometheus_client: "
+                          "pip install 'epochstream[metrics]'") from e
+    return prometheus_client
+
+
+def _order_dims(order_name: str) -> int | None:
+    """``None`` for a total order; the number of coordinates of a ``product(k)`` order."""
+    if order_name == "total":
+        return None
+    if order_name.startswith("product(") and order_name.endswith(")"):
+        return int(order_name[len("product("):-1])
+    return -1  # another order: its frontiers are not exported as numbers
+
+
+def metric_families(report: CatalogReport, *, up: bool = True, read_seconds: float = 0.0
+                    ) -> list:
+    """The Prometheus metric families of ``report`` (module docstring)."""
+    require_prometheus()
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    c = report.catalog
+    fam: dict[str, Any] = {}
+
+    def gauge(name: str, doc: str, labels: list[str]):
+        if name not in fam:
+            fam[name] = GaugeMetricFamily(name, doc, labels=["catalog", *labels])
+        return fam[name]
+
+    def counter(name: str, doc: str, labels: list[str]):
+        if name not in fam:
+            fam[name] = CounterMetricFamily(name, doc, labels=["catalog", *labels])
+        return fam[name]
+
+    gauge("epochstream_catalog_up", "1 if the catalog was read in this scrape", []
+          ).add_metric([c], 1.0 if up else 0.0)
+    gauge("epochstream_catalog_read_seconds", "Seconds this scrape's catalog read took", []
+          ).add_metric([c], read_seconds)
+    for t in report.topics:
+        _topic_families(c, t, gauge, counter)
+    return list(fam.values())
+
+
+def _topic_families(c: str, t: TopicReport, gauge, counter) -> None:
+    dims = _order_dims(t.order)
+    gauge("epochstream_topic_partitions", "Partitions of the topic", ["topic"]
+          ).add_metric([c, t.name], float(len(t.partitions)))
+    for p in t.partitions:
+        lab = [c, t.name, str(p.partition)]
+        for state in ("live", "closed", "aborted", "dead", "expired", "unregistered"):
+            gauge("epochstream_partition_state", "1 for the partition's state",
+                  ["topic", "partition", "state"]).add_metric([*lab, state],
+                                                              1.0 if p.state == state else 0.0)
+        gauge("epochstream_partition_generation", "The partition's generation (registrations)",
+              ["topic", "partition"]).add_metric(lab, float(p.generation))
+        gauge("epochstream_partition_run", "The topic run the partition belongs to",
+              ["topic", "partition"]).add_metric(lab, float(p.run))
+        if p.retained is not None:
+            gauge("epochstream_partition_retained_epochs", "Epochs in the partition's epoch log",
+                  ["topic", "partition"]).add_metric(lab, float(p.retained))
+            gauge("epochstream_partition_retained_bytes", "Bytes of the partition's epoch log "
+                  "segments", ["topic", "partition"]).add_metric(lab, float(p.retained_bytes or 0))
+        for which, frontier in (("upper", p.upper), ("lower", p.lower)):
+            if frontier is None:
+                continue
+            if dims is None:
+                if which == "upper" and frontier:
+                    gauge("epochstream_partition_upper_epoch", "Total order: the newest epoch "
+                          "the partition sent data at", ["topic", "partition"]
+                          ).add_metric(lab, float(max(frontier)))
+                elif which == "lower":
+                    gauge("epochstream_partition_lower_epoch", "Total order: the first epoch "
+                          "not complete in the partition (+Inf once it finished)",
+                          ["topic", "partition"]).add_metric(
+                        lab, float(min(frontier)) if frontier else float("inf"))
+            elif dims > 0:
+                gauge("epochstream_partition_frontier_elements", "Elements of the partition's "
+                      "frontier (an antichain)", ["topic", "partition", "frontier"]
+                      ).add_metric([*lab, which], float(len(frontier)))
+                for k, element in enumerate(sorted(frontier)):
+                    for dim, value in enumerate(element):
+                        gauge(f"epochstream_partition_{which}_time", "Partial order: coordinate "
+                              "dim of element element of the partition's frontier",
+                              ["topic", "partition", "element", "dim"]
+                              ).add_metric([*lab, str(k), str(dim)], float(value))
+    for d in t.durables:
+        lab = [c, t.name, d.name]
+        gauge("epochstream_durable_lag_epochs", "Complete epochs the durable subscription has "
+              "not acked", ["topic", "name"]).add_metric(lab, float(d.lag_epochs))
+        gauge("epochstream_durable_lag_seconds", "Seconds since the oldest complete epoch the "
+              "durable subscription has not acked completed", ["topic", "name"]
+              ).add_metric(lab, d.lag_seconds)
+        if d.acked_at is not None:
+            gauge("epochstream_durable_last_ack_timestamp_seconds", "When the durable "
+                  "subscription last acked (seconds since the epoch)", ["topic", "name"]
+                  ).add_metric(lab, d.acked_at)
+        gauge("epochstream_durable_expired", "1 if retention expired the durable subscription",
+              ["topic", "name"]).add_metric(lab, 1.0 if d.state == "expired" else 0.0)
+        for status in STATUSES:
+            gauge("epochstream_durable_status", "1 for the durable subscription's status",
+                  ["topic", "name", "status"]).add_metric([*lab, status],
+                                                          1.0 if d.status == status else 0.0)
+    for g in t.groups:
+        lab = [c, t.name, g.name]
+        for name, doc, value in (
+                ("pending_epochs", "Complete epochs not leased yet (or free again)", g.pending),
+                ("leased_epochs", "Units under a lease, not settled yet", g.leased),
+                ("lag_epochs", "Complete epochs not all settled", g.lag_epochs),
+                ("lag_seconds", "Seconds since the oldest complete epoch not settled completed",
+                 g.lag_seconds),
+                ("stopped", "1 if the group stopped", 1.0 if g.state != "active" else 0.0)):
+            gauge(f"epochstream_group_{name}", doc, ["topic", "group"]).add_metric(
+                lab, float(value))
+        for name, doc, value in (
+                ("redelivered", "Deliveries of a unit after its first", g.redelivered_total),
+                ("acked", "Units acked", g.acked_total),
+                ("dead_lettered", "Units dead-lettered", g.dead_total)):
+            counter(f"epochstream_group_{name}", doc, ["topic", "group"]).add_metric(
+                lab, float(value))
+        for status in STATUSES:
+            gauge("epochstream_group_status", "1 for the group's status",
+                  ["topic", "group", "status"]).add_metric([*lab, status],
+                                                           1.0 if g.status == status else 0.0)
+
+
+class CatalogCollector:
+    """A ``prometheus_client`` custom collector of one or more catalogs
+    (``CatalogCollector(catalog, ...)``: :class:`~epochstream.catalog.Catalog` objects or
+    locations). Each scrape reads every catalog once (:func:`~epochstream.report.read_report`)
+    and judges readers' status over the samples of the last ``window`` seconds of scrapes.
+    A catalog that cannot be read reports ``epochstream_catalog_up 0`` and nothing else.
+    :attr:`last` is the last successful report of each catalog (for JSON endpoints)."""
+
+    def __init__(self, *catalogs: Any, window: float = 300.0):
+        from .transport.membership import resolve_catalog
+
+        if not catalogs:
+            raise ValueError("CatalogCollector needs at least one catalog")
+        self.catalogs = [resolve_catalog(c) for c in catalogs]
+        self._windows = [LagWindow(window) for _ in self.catalogs]
+        self._lock = threading.Lock()
+        self.last: list[CatalogReport | None] = [None] * len(self.catalogs)
+
+    def describe(self) -> list:
+        """The families' names (so that a registry refuses a second collector of them)."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        return [GaugeMetricFamily("epochstream_catalog_up", "", labels=["catalog"])]
+
+    def _read(self, i: int) -> tuple[CatalogReport | None, float]:
+        """Read catalog ``i`` now: its report (``None`` if it cannot be read) and seconds."""
+        t0 = _time.perf_counter()
+        with self._lock:
+            try:
+                report = read_report(self.catalogs[i], window=self._windows[i])
+            except Exception:  # noqa: BLE001 - reported as catalog_up 0
+                return None, _time.perf_counter() - t0
+            self.last[i] = report
+        return report, _time.perf_counter() - t0
+
+    def read(self) -> list[CatalogReport | None]:
+        """Read every catalog now (a failed read: ``None``); keeps :attr:`last`."""
+        return [self._read(i)[0] for i in range(len(self.catalogs))]
+
+    def collect(self) -> Iterable:
+        from prometheus_client.core import GaugeMetricFamily
+
+        for i, cat in enumerate(self.catalogs):
+            report, seconds = self._read(i)
+            if report is None:
+                g = GaugeMetricFamily("epochstream_catalog_up", "1 if the catalog was read in "
+                                      "this scrape", labels=["catalog"])
+                g.add_metric([getattr(cat, "where", str(cat))], 0.0)
+                yield g
+                continue
+            yield from metric_families(report, read_seconds=seconds)
+
+
+class PublisherCollector:
+    """A ``prometheus_client`` collector of this process's publishers
+    (``PublisherCollector(pub, ...)``; :meth:`add`/:meth:`remove` later): per partition,
+    data messages sent, subscribers, evictions, the epoch log's commits, and whether it is
+    closed. Reads counters the publishers keep anyway (no cost on their hot path)."""
+
+    def __init__(self, *publishers: Any):
+        self._pubs = list(publishers)
+        self._lock = threading.Lock()
+
+    def add(self, publisher: Any) -> None:
+        with self._lock:
+            self._pubs.append(publisher)
+
+    def remove(self, publisher: Any) -> None:
+        with self._lock:
+            self._pubs = [p for p in self._pubs if p is not publisher]
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterable:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        with self._lock:
+            pubs = list(self._pubs)
+        labels = ["topic", "partition"]
+        sent = CounterMetricFamily("epochstream_publisher_data_messages",
+                                   "Data messages the publisher's loop sent", labels=labels)
+        commits = CounterMetricFamily("epochstream_publisher_log_commits",
+                                      "Group commits of the epoch log", labels=labels)
+        subs = GaugeMetricFamily("epochstream_publisher_subscribers",
+                                 "Subscribers registered now", labels=labels)
+        evicted = CounterMetricFamily("epochstream_publisher_evictions",
+                                      "Subscribers cut for falling behind", labels=labels)
+        for p in pubs:
+            lab = [p.topic, str(p.partition)]
+            stats = p.stats
+            sent.add_metric(lab, float(stats.get("data_messages", 0)))
+            commits.add_metric(lab, float(stats.get("log_commits", 0)))
+            evicted.add_metric(lab, float(stats.get("subscribers_evicted", 0)))
+            subs.add_metric(lab, float(p.subscribers))
+        yield from (sent, commits, subs, evicted)
