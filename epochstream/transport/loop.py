@@ -38,8 +38,9 @@ log = logging.getLogger("epochstream.transport")
 DATA, FRONTIER, SYNC, ABORT, STOP = "data", "frontier", "sync", "abort", "stop"
 #: a relay's upstream change is done: argument ``(cover, boundary, error)`` (docs/filters.md)
 GATE = "gate"
-#: the data behind it needs an upper frontier request recorded first: argument its sequence
-#: number (transport/upper.py)
+#: data at a time that grows the upper frontier: argument ``(time, request)``, frames as DATA;
+#: the upper frontier request (its sequence number) is recorded first (transport/upper.py).
+#: One command, not a marker ahead of the data: it takes no more queue space than the data
 UPPER = "upper"
 
 #: payloads of at least this many bytes are wrapped in one ``zmq.Frame`` when the message goes
@@ -247,9 +248,13 @@ class PublisherLoop:
                     self._interests_advance()
                 if self._upstream is not None:
                     self._gate_frontier()
-            elif kind is UPPER:
-                if not self._halted and not self._upper.ensure(arg):
+            elif kind is UPPER:  # record the upper frontier, then run it as data
+                if self._halted:
+                    continue
+                if not self._upper.ensure(arg[1]):
                     self._upper_refused()
+                    continue
+                commands.appendleft((DATA, arg[0], frames))
             elif kind is SYNC:
                 self._commit_log(now)
                 arg.set()

@@ -567,15 +567,17 @@ class Publisher:
                 raise ProtocolError(f"{e}; this publisher resumed its epoch log at "
                                     f"{list(self._resumed_at)!r} (earlier epochs are complete "
                                     f"in the log: see Publisher.lower)") from None
+            request = None
             if t != self._last_time or type(t) is not type(self._last_time):
                 header = wire.encode_time(t)  # may raise: before any state changes
                 if self._upper is not None and protocol.extends_upper(t):
                     upper = Antichain(dual(self.order), protocol.upper)
                     upper.insert(t)  # recorded by the loop before this data is sent
-                    self._enqueue((UPPER, self._upper.request(list(upper.elements)), None))
+                    request = self._upper.request(list(upper.elements))
                 self._last_time, self._last_header = t, header
             protocol.accept(t)
-            self._enqueue((DATA, t, [wire.DATA, self._last_header, payload]))
+            frames = [wire.DATA, self._last_header, payload]
+            self._enqueue((DATA, t, frames) if request is None else (UPPER, (t, request), frames))
 
     def progress(self, updates) -> LowerFrontierUpdate | None:
         """Apply timely progress updates ``[(time, delta), ...]`` to the lower frontier and

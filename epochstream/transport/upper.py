@@ -6,9 +6,10 @@ announces that frontier, so no subscriber ever combines the dead incarnation's p
 with the new one's (``Publisher``'s ``start``). Written by the caller of ``send`` that would be
 one catalog round trip per new epoch on the caller's thread (~0.3 ms on a local PostgreSQL,
 which capped a publisher at ~3,000 epochs/s). Instead the caller only *requests* the new upper
-frontier (:meth:`UpperRecorder.request`, no I/O) and queues a marker ahead of the data; the
-publisher's loop thread, reaching the marker, writes the newest requested frontier once
-(:meth:`UpperRecorder.ensure`): every marker behind it in the queue is covered by that write,
+frontier (:meth:`UpperRecorder.request`, no I/O) and hands the data to the loop as an
+``UPPER`` command (the data with the request's number: no more queue space than the data);
+the publisher's loop thread, reaching it, writes the newest requested frontier once
+(:meth:`UpperRecorder.ensure`): every request behind it in the queue is covered by that write,
 so a burst of new epochs costs one write, and no data leaves before its time is recorded.
 
 A refusal (another incarnation holds the partition: :class:`~epochstream.errors.Fenced`) or a

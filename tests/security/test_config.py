@@ -175,14 +175,19 @@ def test_a_version_4_catalog_is_migrated_to_the_current_version(tmp_path):
     conn.execute("ALTER TABLE partitions DROP COLUMN server_key")
     conn.execute("ALTER TABLE partitions DROP COLUMN generation")
     conn.execute("ALTER TABLE partitions DROP COLUMN run")
+    for column in ("acked_total", "dead_total", "redelivered_total", "settled_at"):
+        conn.execute(f"ALTER TABLE groups DROP COLUMN {column}")
+    conn.execute("ALTER TABLE group_epochs DROP COLUMN settled_at")
     conn.execute("PRAGMA user_version = 4")
     conn.close()
     cat = Catalog(path)
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
         columns = {r[1] for r in conn.execute("PRAGMA table_info(partitions)")}
-        assert {"server_key", "generation"} <= columns
+        assert {"server_key", "generation", "run"} <= columns
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(groups)")}
+        assert {"acked_total", "dead_total", "redelivered_total", "settled_at"} <= columns
     finally:
         conn.close()
     p = cat.lookup("t").partition_info[0]
