@@ -158,6 +158,20 @@ class Driver:
         finally:
             sel.close()
 
+    def send(self, op: str, **args: Any) -> None:
+        """Send one command without waiting for its answer (a command that will be killed)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        """SIGKILL the driver's whole process group (the Python driver, its JVM and their
+        children), as a crash of its machine would; waits for the driver to be reaped."""
+        import signal
+
+        os.killpg(self.proc.pid, signal.SIGKILL)  # start_new_session: pid == pgid
+        self.proc.wait(30)
+
     def call(self, op: str, timeout: float = QUERY_TIMEOUT, **args: Any) -> dict:
         """Run one command; returns its answer (raises AssertionError if the command failed)."""
         assert self.proc.stdin is not None
@@ -189,6 +203,38 @@ def _sink(spark, cmd: dict) -> dict:
           .option("maxFilesPerTrigger", cmd["files_per_day"]).parquet(cmd["input"]))
     q = start_query(spark, df, cmd["topic"], checkpoint=cmd["checkpoint"],
                     catalog=cmd["catalog"], trigger={"availableNow": True})
+    return _finish(q)
+
+
+def _sink_held(spark, cmd: dict) -> dict:
+    """As :func:`_sink`, but batch ``hold_batch``'s first task writes its pid to ``hold_file``
+    after handing over some rows and then sleeps (until the test kills the driver)."""
+    from epochstream.spark import start_query
+
+    hold_batch, hold_file = str(cmd["hold_batch"]), cmd["hold_file"]
+
+    def hold(batches):
+        import os as _os
+        import time as _t
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        held = (ctx.getLocalProperty("streaming.sql.batchId") == hold_batch
+                and ctx.partitionId() == 0)
+        for i, b in enumerate(batches):
+            yield b
+            if held and i == 7:  # (800 rows handed over: the sink staged some of them)
+                with open(hold_file, "w") as f:
+                    f.write(str(_os.getpid()))
+                _t.sleep(600)
+
+    # small Arrow batches, so that rows reach the sink (and the host) before the task hangs
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    df = (spark.readStream.schema(cmd["schema"])
+          .option("maxFilesPerTrigger", cmd["files_per_day"]).parquet(cmd["input"]))
+    q = start_query(spark, df.mapInArrow(hold, df.schema), cmd["topic"],
+                    checkpoint=cmd["checkpoint"], catalog=cmd["catalog"],
+                    trigger={"availableNow": True})
     return _finish(q)
 
 
@@ -230,7 +276,7 @@ def main() -> int:
         sys.stdout.flush()
 
     answer({"ready": True, "app": spark.sparkContext.applicationId, "pid": os.getpid()})
-    ops = {"sink": _sink, "source": _source}
+    ops = {"sink": _sink, "sink_held": _sink_held, "source": _source}
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["op"] == "exit":
