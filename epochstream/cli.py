@@ -639,18 +639,26 @@ def health(topic: str = typer.Argument(..., metavar="TOPIC"),
 
 
 @app.command(
-    short_help="A catalog's topics, frontiers and readers' lag (--once: one report).",
+    short_help="A live view of a catalog's topics, frontiers and readers' lag.",
     help="Report every topic of the catalog: partitions (state, run, generation, lower and "
          "upper frontier, retained epochs) and readers -- durable subscriptions and consumer "
          "groups -- with their lag in epochs and seconds and their status (ok, warn, stall, "
-         "stop, rewind; docs/operations.md). --once prints one report (a table, or JSON with "
-         "--json) and exits.")
+         "stop, rewind; docs/operations.md). On a terminal a live view, refreshed every "
+         "--interval seconds ('s' cycles the sort, 'q' or Ctrl-C quits); --once, --json, or "
+         "stdout not a terminal: one report (a table, or JSON) and exit.")
 def top(catalog: Optional[str] = _catalog_option("to read"),
         once: bool = typer.Option(False, "--once", help="Print one report and exit."),
-        as_json: bool = typer.Option(False, "--json", help="With --once: the report as JSON.")
-        ) -> None:
+        as_json: bool = typer.Option(False, "--json", help="Print one report as JSON and exit."),
+        interval: float = typer.Option(2.0, "--interval", min=0.1, metavar="SECONDS",
+                                       help="Seconds between two refreshes of the live view."),
+        sort: str = typer.Option("lag", "--sort", metavar="KEY",
+                                 help="Sort readers by lag (largest first), name or status "
+                                      "(worst first); 's' cycles it in the live view."),
+        window: float = typer.Option(300.0, "--window", min=1.0, metavar="SECONDS",
+                                     help="Seconds of refreshes a reader's status is judged "
+                                          "over.")) -> None:
     from ._cli.observe import top as run_top
-    run_top(catalog, once, as_json)
+    run_top(catalog, once, as_json, interval, sort, window)
 
 
 # ---- relay ------------------------------------------------------------------------------------

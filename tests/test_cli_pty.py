@@ -217,3 +217,33 @@ def test_pipe_gets_plain_complete_output(cat):
     assert [line.split()[:2] for line in lines[::2]] == [["0", "1"], ["1", "1"]]
     assert lines[1::2] == ['  "r0"', '  "r1"']
     assert b"2 epoch(s), 2 record(s)" in err
+
+
+@pytest.mark.parametrize("quit_key", [b"q", b"\x03"], ids=["q", "ctrl-c"])
+def test_top_live_view_refreshes_sorts_and_quits_cleanly(cat, tmp_path, quit_key):
+    """``epochstream top`` in a real terminal: the live view shows the topic and follows its
+    upper frontier, ``s`` cycles the sort, and ``q`` or Ctrl-C (through the line discipline)
+    ends it with status 0, no traceback, the terminal's mode restored."""
+    with Publisher("t", catalog=cat) as pub:
+        pub.send(3, [1])
+        pub.flush(5)
+        term = Terminal([sys.executable, "-m", "epochstream", "top", "--catalog",
+                         str(tmp_path / "cat.sqlite"), "--interval", "0.2"], _env())
+        try:
+            term.read_until(rb"sort: lag")
+            term.read_until(rb"^\s*t\s+0\s+live\s.*\[3\]")
+            pub.send(7, [1])
+            term.read_until(rb"^\s*t\s+0\s+live\s.*\[7\]")  # refreshed
+            os.write(term.master, b"s")
+            term.read_until(rb"sort: name")
+            os.write(term.master, quit_key)
+            deadline = time.monotonic() + 15
+            while term.proc.poll() is None and time.monotonic() < deadline:
+                term._read(0.1)
+            assert termios.tcgetattr(term.master)[3] & termios.ECHO  # cbreak undone: echo on
+            assert term.finish() == 0, term.output
+            assert b"Traceback" not in term.output
+        finally:
+            if term.proc.poll() is None:
+                term.proc.kill()
+                term.proc.wait()

@@ -7,14 +7,18 @@ and people.
   line on stdout once it serves, ``metrics on http://HOST:PORT/metrics (catalog WHERE)``.
 - ``health TOPIC``: exit status 0 healthy, 1 unhealthy (one line per problem on stdout), 2 an
   unknown topic or a catalog that cannot be read.
-- ``top --once [--json]``: one report on stdout (a table, or the JSON of
-  ``CatalogReport.to_json``).
+- ``top``: a live view of the report on a terminal, refreshed every ``--interval`` seconds,
+  sorted by ``--sort`` (``s`` cycles the sort key, ``q`` or Ctrl-C quits, the terminal restored);
+  ``--once`` (or stdout not a terminal) prints one report (a table, or the JSON of
+  ``CatalogReport.to_json`` with ``--json``) and exits.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from typing import Any, Optional
 
 import typer
@@ -101,6 +105,13 @@ def health(topic: str, catalog: Optional[str]) -> None:
     raise typer.Exit(1)
 
 
+SORTS = ("lag", "name", "status")
+"""What ``top`` sorts readers by (``s`` cycles): lag in seconds (largest first), name, status
+(worst first)."""
+
+_STATUS_RANK = {"rewind": 0, "stop": 1, "stall": 2, "warn": 3, "ok": 4}
+
+
 def _fmt(frontier: tuple[Any, ...] | None) -> str:
     if frontier is None:
         return "-"
@@ -108,14 +119,118 @@ def _fmt(frontier: tuple[Any, ...] | None) -> str:
                            for t in frontier) + "]"
 
 
-def top(catalog: Optional[str], once: bool, as_json: bool) -> None:
-    """``epochstream top`` (module docstring): one report."""
+def _tables(report: Any, sort: str, rates: dict) -> list[Table]:
+    """The partitions table and the readers table of ``report`` (readers sorted by ``sort``;
+    ``rates``: epochs/s of each total-order partition's upper frontier since the last view)."""
+    parts = Table("topic", "partition", "state", "run", "gen", "lower", "upper", "epochs/s",
+                  "retained", box=None, header_style="bold")
+    for t in report.topics:
+        for p in t.partitions:
+            rate = rates.get((t.name, p.partition))
+            parts.add_row(t.name, str(p.partition), p.state, str(p.run), str(p.generation),
+                          _fmt(p.lower), _fmt(p.upper), "-" if rate is None else f"{rate:.1f}",
+                          "-" if p.retained is None else str(p.retained))
+    rows = []
+    for t in report.topics:
+        for d in t.durables:
+            rows.append((t.name, d.name, "durable", _fmt(d.position), d.lag_epochs, d.lag_seconds,
+                         d.status if d.state == "active" else d.state))
+        for g in t.groups:
+            rows.append((t.name, g.name, "group", _fmt(g.position), g.lag_epochs, g.lag_seconds,
+                         g.status if g.state == "active" else g.state))
+    if sort == "lag":
+        rows.sort(key=lambda r: (-r[5], r[0], r[1]))
+    elif sort == "status":
+        rows.sort(key=lambda r: (_STATUS_RANK.get(r[6], -1), -r[5], r[0], r[1]))
+    else:
+        rows.sort(key=lambda r: (r[0], r[1]))
+    readers = Table("topic", "reader", "kind", "position", "lag epochs", "lag s", "status",
+                    box=None, header_style="bold")
+    for topic, name, kind, pos, lag_epochs, lag_s, status in rows:
+        readers.add_row(topic, name, kind, pos, str(lag_epochs), f"{lag_s:.1f}", status)
+    return [parts, readers]
+
+
+def _rates(report: Any, before: Any) -> dict:
+    """Epochs/s of each total-order partition's upper frontier between two reports."""
+    if before is None or report.at <= before.at:
+        return {}
+    old = {(t.name, p.partition): p.upper for t in before.topics for p in t.partitions}
+    out = {}
+    for t in report.topics:
+        if t.order != "total":
+            continue
+        for p in t.partitions:
+            prev = old.get((t.name, p.partition))
+            if prev and p.upper:
+                out[(t.name, p.partition)] = (max(p.upper) - max(prev)) / (report.at - before.at)
+    return out
+
+
+def _live(cat: Any, interval: float, sort: str, window: float) -> None:
+    """The live view (module docstring) until ``q`` or Ctrl-C."""
+    import select
+    import termios
+    import tty
+
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from ..lag import LagWindow
     from ..report import read_report
 
-    if not once:
-        raise fail("only --once is available yet: the live view comes next "
-                   "(use: epochstream top --once [--json])", EXIT_USAGE)
+    lags = LagWindow(window)
+    fd = sys.stdin.fileno() if sys.stdin.isatty() else None
+    saved = termios.tcgetattr(fd) if fd is not None else None
+    before = None
+    try:
+        if fd is not None:
+            tty.setcbreak(fd)  # keys one by one, no echo; Ctrl-C still interrupts
+        with Live(console=out(), auto_refresh=False, screen=False) as live:
+            while True:
+                report = read_report(cat, window=lags)
+                head = Text(f"catalog {report.catalog}  ·  "
+                            f"{time.strftime('%H:%M:%S', time.localtime(report.at))}  ·  "
+                            f"sort: {sort}  ·  s: sort  q: quit")
+                live.update(Group(head, *_tables(report, sort, _rates(report, before))),
+                            refresh=True)
+                before = report
+                deadline = time.monotonic() + interval
+                while (left := deadline - time.monotonic()) > 0:
+                    if fd is None:
+                        time.sleep(left)
+                        break
+                    ready, _, _ = select.select([fd], [], [], left)
+                    if not ready:
+                        break
+                    key = os.read(fd, 1)
+                    if key in (b"q", b"Q", b""):
+                        return
+                    if key in (b"s", b"S"):
+                        sort = SORTS[(SORTS.index(sort) + 1) % len(SORTS)]
+                        break
+    except KeyboardInterrupt:
+        return
+    finally:
+        if saved is not None:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def top(catalog: Optional[str], once: bool, as_json: bool, interval: float = 2.0,
+        sort: str = "lag", window: float = 300.0) -> None:
+    """``epochstream top`` (module docstring)."""
+    from ..report import read_report
+
+    if sort not in SORTS:
+        raise fail(f"--sort must be one of {', '.join(SORTS)}, got {sort!r}", EXIT_USAGE)
     cat = open_existing_catalog(catalog)
+    if not (once or as_json) and sys.stdout.isatty():
+        try:
+            _live(cat, interval, sort, window)
+        except EpochstreamError as e:
+            raise fail(str(e)) from None
+        return
     try:
         report = read_report(cat)
     except EpochstreamError as e:
@@ -125,22 +240,7 @@ def top(catalog: Optional[str], once: bool, as_json: bool) -> None:
         return
     console = out()
     console.print(f"catalog {escape(report.catalog)}")
-    parts = Table("topic", "partition", "state", "run", "gen", "lower", "upper", "retained",
-                  box=None, header_style="bold")
-    for t in report.topics:
-        for p in t.partitions:
-            parts.add_row(t.name, str(p.partition), p.state, str(p.run), str(p.generation),
-                          _fmt(p.lower), _fmt(p.upper), "-" if p.retained is None
-                          else str(p.retained))
+    parts, readers = _tables(report, sort, {})
     console.print(parts)
-    readers = Table("topic", "reader", "kind", "position", "lag epochs", "lag s", "status",
-                    box=None, header_style="bold")
-    for t in report.topics:
-        for d in t.durables:
-            readers.add_row(t.name, d.name, "durable", _fmt(d.position), str(d.lag_epochs),
-                            f"{d.lag_seconds:.1f}", d.status if d.state == "active" else d.state)
-        for g in t.groups:
-            readers.add_row(t.name, g.name, "group", _fmt(g.position), str(g.lag_epochs),
-                            f"{g.lag_seconds:.1f}", g.status if g.state == "active" else g.state)
     if readers.row_count:
         console.print(readers)
