@@ -119,7 +119,7 @@ def _fmt(frontier: tuple[Any, ...] | None) -> str:
                            for t in frontier) + "]"
 
 
-def _tables(report: Any, sort: str, rates: dict) -> list[Table]:
+def _tables(report: Any, sort: str, rates: dict[Any, float]) -> list[Table]:
     """The partitions table and the readers table of ``report`` (readers sorted by ``sort``;
     ``rates``: epochs/s of each total-order partition's upper frontier since the last view)."""
     parts = Table("topic", "partition", "state", "run", "gen", "lower", "upper", "epochs/s",
@@ -151,7 +151,7 @@ def _tables(report: Any, sort: str, rates: dict) -> list[Table]:
     return [parts, readers]
 
 
-def _rates(report: Any, before: Any) -> dict:
+def _rates(report: Any, before: Any) -> dict[Any, float]:
     """Epochs/s of each total-order partition's upper frontier between two reports."""
     if before is None or report.at <= before.at:
         return {}
@@ -213,7 +213,7 @@ def _live(cat: Any, interval: float, sort: str, window: float) -> None:
     except KeyboardInterrupt:
         return
     finally:
-        if saved is not None:
+        if fd is not None and saved is not None:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
