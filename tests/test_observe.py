@@ -269,3 +269,17 @@ def test_operations_doc_example_runs_as_written(tmp_path, index):
                           text=True, env=env, timeout=120)
     assert proc.returncode == 0, (code, proc.stderr)
     assert expected is None or proc.stdout == expected, (code, proc.stdout)
+
+
+def test_bench_metrics_builds_and_scrapes_a_small_catalog(tmp_path):
+    """benchmarks/bench_metrics.py at a tiny size (its catalog builder and one scrape): the
+    readers' lag it sets up is what the scrape reports."""
+    from benchmarks.bench_metrics import build
+
+    cat = build(str(tmp_path / "cat"), topics=2, partitions=2, readers=3, epochs=4)
+    registry = CollectorRegistry()
+    registry.register(CatalogCollector(cat))
+    lags = {dict(s.labels)["name"]: s.value
+            for f in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in f.samples if s.name == "epochstream_durable_lag_epochs"}
+    assert lags == {"d0": 2, "d1": 2, "d2": 2}

@@ -104,7 +104,9 @@ def test_refused_clients_stage_nothing_and_a_granted_one_publishes_whole_epochs(
 
     stats = host.stats(0)
     assert stats.staged_batches == 0 and host.staged_bytes() == 0, stats
-    assert stats.unauthorised >= 2, stats  # bob's DATA and FLUSH
+    # bob's DATA, and his FLUSH unless his client saw the DATA's refusal before sending it
+    # (a race: CI saw 1 under load)
+    assert stats.unauthorised >= 1, stats
 
     alice = IngestClient(ep, _curve(keys, "alice"), server)
     try:
