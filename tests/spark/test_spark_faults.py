@@ -4,8 +4,8 @@
 1. a task's Python worker killed (SIGKILL) mid-write, after the sink staged some of its rows;
 2. the query stopped while a batch is in flight (mid-write, or mid-commit), then restarted from
    the same checkpoint;
-3. the Spark driver (a separate Python process and its JVM) killed with SIGKILL mid-batch, then
-   started again from the same checkpoint while the host kept serving.
+(The Spark driver killed with SIGKILL mid-batch and restarted from the same checkpoint while the
+host keeps serving: on the standalone cluster, ``test_cluster_driver_kill.py``.)
 
 (A COMMIT whose attempt lost its staged rows is refused: ``test_host.py``.)
 
@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -261,176 +257,3 @@ def test_query_stopped_mid_batch_and_restarted(quiet_spark, tmp_path, where):
                 == files.counts[3] + files.counts[4])
     print(f"\ntimings ({where}): inactive after {inactive_after:.2f} s, q.stop() returned after "
           f"{stopped_after:.2f} s, restart (batches 2-4) {restart_s:.2f} s; stats {stats}")
-
-
-# ============================================================================================
-# 3. the Spark driver killed
-
-
-_DRIVER = """
-    import os, sys, time
-
-    from epochstream import flights
-    from epochstream.spark import local_session, start_query
-
-    topic, catalog, source, ck, hold_epoch, hold_file = sys.argv[1:7]
-    spark = local_session("epochstream-fault-driver", master="local[1,2]",
-                          conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
-
-    def hold(batches, hold_epoch=hold_epoch, hold_file=hold_file):
-        import os, time
-        from pyspark import TaskContext
-
-        held = TaskContext.get().getLocalProperty("streaming.sql.batchId") == hold_epoch
-        for i, b in enumerate(batches):
-            yield b
-            if held and i == 7:
-                with open(hold_file, "w") as f:
-                    f.write(str(os.getpid()))
-                time.sleep(600)  # until the driver (and this worker with it) is killed
-
-    df = (spark.readStream.schema(flights.spark_schema_ddl())
-          .option("maxFilesPerTrigger", 1).parquet(source))
-    q = start_query(spark, df.mapInArrow(hold, df.schema), topic, checkpoint=ck, catalog=catalog,
-                    trigger={"availableNow": True})
-    print("started", time.time(), flush=True)
-    q.awaitTermination()
-    if q.exception() is not None:
-        print("query failed:", q.exception(), flush=True)
-        sys.exit(1)
-    print("done", time.time(), [p["batchId"] for p in q.recentProgress], flush=True)
-    spark.stop()
-"""
-
-
-def _alive(procs) -> list:
-    """The processes of ``procs`` (psutil) still running (a zombie counts as gone)."""
-    import psutil
-
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
-
-def _tree(pid: int) -> list:
-    """``pid`` and all its descendants (psutil)."""
-    import psutil
-
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
-
-
-class _Driver:
-    """The driver script in its own process group (so that SIGKILL reaches its JVM too; PySpark's
-    worker daemon puts itself and its workers in a group of their own and exits, with them, when
-    the JVM's pipe to it closes)."""
-
-    def __init__(self, tmp_path: Path, name: str, argv: list[str]):
-        self.log = tmp_path / f"{name}.log"
-        self.started = time.time()
-        with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), *argv],
-                                         stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True, cwd=tmp_path)
-        self.pgid = self.proc.pid  # start_new_session: pid == pgid
-
-    def tail(self) -> str:
-        return self.log.read_text()[-3000:]
-
-    def kill_group(self) -> None:
-        os.killpg(self.pgid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def cleanup(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(30)
-
-
-@pytest.mark.spark
-@pytest.mark.slow
-def test_driver_killed_host_keeps_serving(tmp_path):
-    """The Spark driver runs in a subprocess (its own process group: Python driver, JVM, Python
-    workers); the host and a subscriber run here. Batch 2's task sends rows (the host stages
-    them) and then hangs; the whole driver group is SIGKILLed. The host keeps serving: the
-    subscriber keeps getting heartbeats past its liveness timeout, its merged lower frontier is
-    2 (epochs 0-1 complete). A new driver on the same checkpoint re-runs batch 2 (new run id): its
-    attempt is published, the killed run's staged rows are discarded; epochs 2-3 follow."""
-    (tmp_path / "driver.py").write_text(textwrap.dedent(_DRIVER))
-    files = flights.day_files(4, files_per_day=1)
-    cat = Catalog(tmp_path / "cat")
-    ck, hold = tmp_path / "ck", tmp_path / "held"
-    sub_timeout = 3.0
-    published = _PublishTimes()
-    drivers: list[_Driver] = []
-
-    def driver(name, hold_epoch):
-        d = _Driver(tmp_path, name, [TOPIC, host.catalog_path, files.directory, str(ck),
-                                     str(hold_epoch), str(hold)])
-        drivers.append(d)
-        return d
-
-    try:
-        with SparkPublisherHost(TOPIC, partitions=2, catalog=cat, on_published=published) as host:
-            sub = Collector(cat, timeout=sub_timeout)
-            first = driver("driver-1", 2)
-            wait_until(lambda: hold.exists() or first.proc.poll() is not None, QUERY_TIMEOUT,
-                        "batch 2 to be held")
-            assert first.proc.poll() is None, first.tail()
-            wait_until(lambda: host.staged_bytes(0) > 0, 60, "rows of batch 2 to be staged")
-            assert host.next_epoch() == 2 and sub.wait_for(1)
-            tree = _tree(first.proc.pid)  # driver, JVM, PySpark daemon, Python workers
-            names = [p.name() for p in tree]
-            assert "java" in names and len(tree) >= 4, names
-
-            killed_at = time.time()
-            first.kill_group()
-            wait_until(lambda: not _alive(tree), 30, "the driver's processes to die")
-            gone_after = time.time() - killed_at
-
-            # the host keeps serving: heartbeats keep coming for > 2 subscriber timeouts
-            heard = sub.sub.stats["messages"]
-            t = time.monotonic()
-            while time.monotonic() - t < 2 * sub_timeout:
-                assert sub.error is None, f"subscriber failed while the driver was down: {sub.error!r}"
-                time.sleep(0.2)
-            assert sub.thread.is_alive() and sub.error is None
-            assert sub.sub.stats["messages"] >= heard + int(sub_timeout), "no heartbeats"
-            assert sub.sub.lower == (2,), sub.sub.lower   # last committed epoch + 1
-            assert sub.delivered() == [0, 1]
-            # the killed run's rows of epoch 2 stay staged (bounded by max_staged_bytes) until
-            # the re-run supersedes them
-            staged = host.stats(0).staged_batches - host.stats(0).batches
-            staged_bytes = host.staged_bytes()
-            assert staged >= 1 and staged_bytes > 0
-
-            restarted_at = time.time()
-            second = driver("driver-2", -1)
-            assert second.proc.wait(QUERY_TIMEOUT) == 0, second.tail()
-            assert "[2, 3]" in second.tail(), second.tail()  # resumed at batch 2, not 0
-            assert sub.wait_for(3), "epoch 3 not delivered"
-            stats = host.stats()
-            left = host.staged_bytes()
-        sub.join()
-    finally:
-        for d in drivers:
-            d.cleanup()
-    check_whole(sub.epochs, files)
-    s = stats[0]
-    assert staged >= 1 and s.discarded_batches == staged, stats  # the killed run's rows: dropped
-    assert s.staged_batches == s.batches + s.discarded_batches
-    assert s.rows == files.rows and all(x.duplicates == 0 for x in stats) and left == 0
-    print(f"\ntimings: driver, JVM and {len(tree) - 2} PySpark daemon/worker processes gone {gone_after:.2f} s after "
-          f"SIGKILL; restart -> epoch 2 "
-          f"published {published.at[(0, 2)] - restarted_at:.2f} s; kill -> epoch 2 delivered "
-          f"{sub.epochs[2][3] - killed_at:.2f} s; staged while down {staged} batches / "
-          f"{staged_bytes} bytes; driver start -> epoch 0 published "
-          f"{published.at[(0, 0)] - first.started:.2f} s (first run)")
