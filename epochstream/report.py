@@ -177,12 +177,11 @@ def _merge_upper(order, uppers: list[tuple]) -> tuple:
     return tuple(a.elements)
 
 
-def _topic(catalog: Catalog, name: str, now: float, window: LagWindow | None) -> TopicReport:
-    info = catalog.lookup(name)
+def _topic(catalog: Catalog, info: Any, durables: list, groups: list, now: float,
+           window: LagWindow | None) -> TopicReport:
+    name = info.name
     order = info.order
     states = catalog.history_states(name)
-    durables = catalog.durables(name)
-    groups = catalog.groups(name)
     registered = {p.index: p for p in info.partition_info}
     parts = []
     for i in range(info.partitions):
@@ -258,11 +257,23 @@ def read_report(catalog: Catalog | Any = None, topics: list[str] | None = None, 
 
     cat = resolve_catalog(catalog)
     now = _time.time() if now is None else float(now)
-    names = [t.name for t in cat.topics()] if topics is None else list(topics)
+    if topics is None:  # the whole catalog: each table read once, not once per topic
+        infos = cat.topics()
+        durables: dict[str, list] = {}
+        for d in cat.durables():
+            durables.setdefault(d.topic, []).append(d)
+        groups: dict[str, list] = {}
+        for g in cat.groups():
+            groups.setdefault(g.topic, []).append(g)
+    else:
+        infos = [cat.lookup(name) for name in topics]
+        durables = {name: cat.durables(name) for name in topics}
+        groups = {name: cat.groups(name) for name in topics}
     out = []
-    for name in names:
+    for info in infos:
         try:
-            out.append(_topic(cat, name, now, window))
+            out.append(_topic(cat, info, durables.get(info.name, []),
+                              groups.get(info.name, []), now, window))
         except EpochstreamError:
             if topics is not None:
                 raise
