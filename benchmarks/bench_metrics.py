@@ -10,6 +10,13 @@ statuses judged over the collector's window); ``SCRAPES`` scrapes per store, aft
 the stores interleaved. The target is met only if the *slowest* scrape meets it. PostgreSQL is
 a throwaway local server (``epochstream.testing.postgres``, fsync off).
 
+**Overhead** (issue 24's target: <= 3 %, worst pair): end-to-end records/s of one publisher
+process and one subscriber process (``benchmarks.harness``, time-based runs) with the metrics
+registered in the publisher's process and scraped every second (a ``PublisherCollector`` of
+the publisher and a ``CatalogCollector`` of a one-topic catalog, ``generate_latest`` from a
+thread) against without, paired and interleaved (off, on per repeat), at 1 dict and at 1000
+tuples per message. Ratio = on / off per repeat; met only if the worst pair is >= 0.97.
+
 ``python -m benchmarks.bench_metrics [--quick]`` writes ``benchmarks/results/metrics.json``.
 """
 
@@ -53,6 +60,39 @@ def build(location: str, topics: int = TOPICS, partitions: int = PARTITIONS,
         cat.durable_claim(topic, f"d{r}", f"holder{r}")
         cat.durable_ack(topic, f"d{r}", f"holder{r}", [epochs // 2])
     return cat
+
+
+OVERHEAD_CASES = (("dicts", 1), ("tuples", 1000))
+TARGET_RATIO = 0.97
+
+
+def overhead(quick: bool = False, log=print) -> dict:
+    """The overhead part (module docstring): rows and per-case paired ratios."""
+    from . import paired
+    from .harness import run as e2e
+
+    seconds, repeats = paired.seconds(quick), paired.repeats(quick)
+    rows = []
+    for rep in range(repeats):
+        for kind, per_message in OVERHEAD_CASES:
+            for metrics in (False, True):
+                r = e2e("epochstream", kind=kind, per_message=per_message, duration=seconds,
+                        metrics=metrics)
+                r.update(variant=f"{kind}x{per_message} {'on' if metrics else 'off'}",
+                         repeat=rep)
+                rows.append(r)
+                log(f"  #{rep} {r['variant']:16s}: {r.get('records_per_s', 0):12.0f} records/s"
+                    f" scrapes {r.get('scrapes')}"
+                    f"{'' if r.get('ok') else '  FAILED: ' + str(r.get('error'))}")
+    cases = {}
+    for kind, per_message in OVERHEAD_CASES:
+        name = f"{kind}x{per_message}"
+        ratios = paired.pair_ratios(rows, f"{name} on", f"{name} off")
+        cases[name] = {"ratio_on_over_off": paired.summary(ratios),
+                       "met": bool(ratios) and min(ratios) >= TARGET_RATIO}
+    return {"seconds_per_run": seconds, "repeats": repeats, "target_ratio": TARGET_RATIO,
+            "cases": cases, "met": all(c["met"] for c in cases.values()),
+            "rows": [{k: v for k, v in r.items() if k not in ("detail",)} for r in rows]}
 
 
 def run(quick: bool = False, log=print) -> dict:
@@ -104,6 +144,7 @@ def run(quick: bool = False, log=print) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     result = run(quick="--quick" in argv, log=lambda m: print(m, flush=True))
+    result["overhead"] = overhead(quick="--quick" in argv, log=lambda m: print(m, flush=True))
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     for store, s in result["summary"].items():
@@ -112,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     t = result["target"]
     print(f"target <= {t['scrape_ms']:.0f} ms (slowest scrape): {t['slowest_ms']:.0f} ms -> "
           f"{'MET' if t['met'] else 'NOT MET'}")
+    for name, c in result["overhead"]["cases"].items():
+        r = c["ratio_on_over_off"] or {}
+        print(f"overhead {name}: on/off {r.get('median', 0):.3f} ({r.get('min', 0):.3f}-"
+              f"{r.get('max', 0):.3f}) -> {'MET' if c['met'] else 'NOT MET'} (>= {TARGET_RATIO})")
     print(f"wrote {OUT}")
     return 0
 

@@ -172,6 +172,7 @@ def _pub_epochstream(cfg, partition, q, start, consumed, epochs_done, t_last_sen
                     heartbeat_interval=1.0,
                     **({} if cfg["coalesce_bytes"] is None else {"coalesce_bytes": cfg["coalesce_bytes"]}))
     q.put(("endpoint", partition, pub.endpoint))
+    scraper = _Scraper(pub) if cfg.get("metrics") else None
     start.wait(60)
     per_message = cfg["per_message"]
     latency = cfg["mode"] == "latency"
@@ -198,9 +199,46 @@ def _pub_epochstream(cfg, partition, q, start, consumed, epochs_done, t_last_sen
                 break
     pub.flush(30)
     cpu = time.process_time() - cpu0
+    scrapes = 0 if scraper is None else scraper.stop()
     pub.close(linger=30)
     q.put(("published", partition, {"records": sent, "cpu_s": cpu, "gc": gc_delta(gc0),
-                                    "stats": dict(pub.stats)}))
+                                    "stats": dict(pub.stats), "scrapes": scrapes}))
+
+
+class _Scraper:
+    """The metrics of issue 24 in a publisher's process: a ``PublisherCollector`` of ``pub`` and
+    a ``CatalogCollector`` of a catalog of its own (one topic), scraped every second by a
+    thread, as a Prometheus server would (``stop()`` returns the number of scrapes)."""
+
+    def __init__(self, pub):
+        import tempfile
+        import threading
+
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        from epochstream import Catalog
+        from epochstream.metrics import CatalogCollector, PublisherCollector
+
+        cat = Catalog(tempfile.mkdtemp(prefix="es-bench-metrics-") + "/cat")
+        cat.create_topic(pub.topic, partitions=pub.partitions)
+        self.registry = CollectorRegistry()
+        self.registry.register(PublisherCollector(pub))
+        self.registry.register(CatalogCollector(cat))
+        self._generate = generate_latest
+        self._stop = threading.Event()
+        self.scrapes = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(1.0):
+            self._generate(self.registry)
+            self.scrapes += 1
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(10)
+        return self.scrapes
 
 
 def _pub_zmq(cfg, partition, q, start, consumed, epochs_done, t_last_send, stopper):
@@ -656,7 +694,7 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
         epochs: int | None = None, duration: float | None = None, time_limit: float = 60.0,
         redis_port: int | None = None, nats_port: int | None = None,
         coalesce_bytes: int | None = None, broker_pid: int | None = None,
-        messages_per_epoch: int | None = None) -> dict:
+        messages_per_epoch: int | None = None, metrics: bool = False) -> dict:
     """One bounded run; returns a result row (``ok`` false on loss, error or timeout).
 
     Size: ``duration`` seconds (time-based: the publishers stop together at the first epoch
@@ -664,7 +702,10 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
     ``coalesce_bytes``: passed to epochstream's ``Publisher`` (0 = coalescing off; None = its
     default). ``broker_pid``: a server process (Redis, NATS) whose CPU time is recorded.
     ``messages_per_epoch``: messages per epoch over all partitions (default: 100 at 1 record per
-    message, 10 at 100, else 4); rounded to a multiple of ``partitions``."""
+    message, 10 at 100, else 4); rounded to a multiple of ``partitions``. ``metrics``
+    (epochstream): each publisher process registers a ``PublisherCollector`` of its publisher
+    and a ``CatalogCollector`` of a catalog of its own (holding the topic) in a registry that a
+    thread of that process scrapes (``generate_latest``) every second."""
     mpe = _default_mpe(per_message) if messages_per_epoch is None else int(messages_per_epoch)
     if mpe % partitions:
         mpe = partitions * max(1, mpe // partitions)
@@ -683,7 +724,7 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
            "check_every": 16 if per_message == 1 else 1, "time_limit": time_limit,
            "topic": f"bench-{os.getpid()}-{next(_topic_ids)}", "redis_port": redis_port,
            "nats_port": nats_port, "prebuild": not duration and per_message > 1 and epochs * mpe <= 20_000,
-           "duration": duration, "coalesce_bytes": coalesce_bytes}
+           "duration": duration, "coalesce_bytes": coalesce_bytes, "metrics": bool(metrics)}
     expected = epochs * mpe * per_message
     row = {"system": system, "api": api if system == "epochstream" else "raw", "payload": kind,
            "codec": payloads.codec_name(kind), "records_per_message": per_message,
@@ -796,6 +837,7 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
     rates = [expected / d for d in durations]
     row["seconds"] = round(max(durations), 4)
     row["loadavg_after"] = round(os.getloadavg()[0], 2)
+    row["scrapes"] = sum(pubs[p].get("scrapes", 0) for p in range(partitions))
     row["records_per_s"] = min(rates)          # per subscriber (the slowest one)
     row["records_per_s_total"] = sum(rates)    # delivered to all subscribers together
     row["messages_per_s"] = min(rates) / per_message
