@@ -106,9 +106,14 @@ def metric_families(report: CatalogReport, *, up: bool = True, read_seconds: flo
 
 
 def _topic_families(c: str, t: TopicReport, gauge, counter) -> None:
-    dims = _order_dims(t.order)
     gauge("epochstream_topic_partitions", "Partitions of the topic", ["topic"]
           ).add_metric([c, t.name], float(len(t.partitions)))
+    _partition_families(c, t, gauge)
+    _reader_families(c, t, gauge, counter)
+
+
+def _partition_families(c: str, t: TopicReport, gauge) -> None:
+    dims = _order_dims(t.order)
     for p in t.partitions:
         lab = [c, t.name, str(p.partition)]
         for state in ("live", "closed", "aborted", "dead", "expired", "unregistered"):
@@ -147,6 +152,9 @@ def _topic_families(c: str, t: TopicReport, gauge, counter) -> None:
                               "dim of element element of the partition's frontier",
                               ["topic", "partition", "element", "dim"]
                               ).add_metric([*lab, str(k), str(dim)], float(value))
+
+
+def _reader_families(c: str, t: TopicReport, gauge, counter) -> None:
     for d in t.durables:
         lab = [c, t.name, d.name]
         gauge("epochstream_durable_lag_epochs", "Complete epochs the durable subscription has "

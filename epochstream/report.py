@@ -27,13 +27,10 @@ from typing import Any
 from .catalog import Catalog
 from .errors import EpochstreamError
 from .frontier import Antichain
-from .lag import LagWindow, OK, Sample, evaluate, lag
+from .lag import LagWindow, Sample, evaluate, lag
 
 __all__ = ["PartitionReport", "DurableReport", "GroupReport", "TopicReport", "CatalogReport",
            "read_report"]
-
-ENDED = ("closed", "aborted", "dead", "expired")
-
 
 @dataclass(frozen=True)
 class PartitionReport:
