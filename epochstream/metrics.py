@@ -235,6 +235,8 @@ class CatalogCollector:
         return [self._read(i)[0] for i in range(len(self.catalogs))]
 
     def collect(self) -> Iterable:
+        """One read of every catalog, as metric families (``prometheus_client``'s collector
+        API; a catalog that cannot be read yields only ``epochstream_catalog_up 0``)."""
         from prometheus_client.core import GaugeMetricFamily
 
         for i, cat in enumerate(self.catalogs):
@@ -259,17 +261,21 @@ class PublisherCollector:
         self._lock = threading.Lock()
 
     def add(self, publisher: Any) -> None:
+        """Report ``publisher`` (an :class:`~epochstream.Publisher`) too, from the next scrape."""
         with self._lock:
             self._pubs.append(publisher)
 
     def remove(self, publisher: Any) -> None:
+        """Stop reporting ``publisher`` (its series disappear from the next scrape)."""
         with self._lock:
             self._pubs = [p for p in self._pubs if p is not publisher]
 
     def describe(self) -> list:
+        """Nothing: the publishers come and go (the registry does not check their names)."""
         return []
 
     def collect(self) -> Iterable:
+        """The families of the publishers held now (``prometheus_client``'s collector API)."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         with self._lock:
