@@ -83,13 +83,21 @@ def _subscriber(order, codec_name, filt):
     from epochstream.transport import Subscriber
     sub = Subscriber("bench-filter", endpoints=["tcp://127.0.0.1:9"], order=order, codec=codec_name)
     snap = InitialFrontierSnapshot((order.minimum,), filt)
-    if hasattr(sub, "_accept_snapshot"):  # transport before the package split
-        sub._accept_snapshot(0, snap)
+    eng = _engine(sub)
+    if hasattr(eng, "_accept_snapshot"):  # transport before the package split
+        eng._accept_snapshot(0, snap)
     else:
-        sub._snapshot(0, snap)
-    sub._parked.clear()
+        eng._snapshot(0, snap)
+    (eng.parked if hasattr(eng, "parked") else eng._parked).clear()
     assert sub.ready and len(sub.filter) == len(filt)
     return sub
+
+
+def _engine(sub):
+    """What receives for ``sub``: its composed TopicJoin (issue 22), or the subscriber itself
+    (older transports)."""
+    j = getattr(sub, "_join", None)
+    return j if j is not None and not callable(j) else sub
 
 
 def _touch(records) -> int:
@@ -135,7 +143,8 @@ _CHUNK = 64  # messages handed to the subscriber per simulated poll
 def _loop_transport(frames, sub, deadline_check):
     """``for item in sub.events()`` with ``_poll`` fed from ``frames`` instead of sockets."""
     from epochstream.protocol import DataMessage
-    handle = sub._handle
+    eng = _engine(sub)
+    handle = eng._handle
     decoded = getattr(sub, "_decoded", None) or (lambda m: m)  # older transport: (m, nbytes)
     state = {"i": 0, "consumed": 0, "stop": False}
     n_frames = len(frames)
@@ -158,7 +167,10 @@ def _loop_transport(frames, sub, deadline_check):
         state["i"] = i
         return out
 
-    sub._poll = fake_poll
+    if eng is sub:
+        sub._poll = fake_poll
+    else:
+        eng.poll = fake_poll
     delivered = records = 0
     try:
         for item in sub.events(timeout=60):

@@ -79,3 +79,15 @@ class Liveness:
             self._last_await = now
             return True
         return False
+
+    def missed_heartbeats(self, read_at: float, heartbeats: dict, grace: float):
+        """After a poll that read the sockets at ``read_at``: ``(partition, seconds silent,
+        its heartbeat interval)`` of a partition silent for more than two of its publisher's
+        heartbeat intervals (``heartbeats``: ``{partition: seconds}``) plus ``grace`` seconds,
+        or ``None``."""
+        for partition, heard in self.last_heard.items():
+            hb = heartbeats.get(partition)
+            silent = read_at - heard
+            if hb and silent > 2 * hb + grace:
+                return partition, silent, hb
+        return None

@@ -12,10 +12,11 @@ import time
 
 from ..catalog import Catalog, PartitionInfo, TopicInfo
 
-from ..errors import EpochstreamError, PublisherAborted, PublisherLost, TopicClosed
+from ..errors import (EpochstreamError, NotAuthorized, PublisherAborted, PublisherLost,
+                      TopicClosed)
 
 __all__ = ["resolve_catalog", "partition_endpoints", "catalog_partitions", "await_live",
-           "await_one_run"]
+           "await_one_run", "server_keys"]
 
 ENDED = ("closed", "aborted", "dead", "expired")
 
@@ -26,6 +27,38 @@ def resolve_catalog(catalog) -> Catalog:
     if catalog is None or isinstance(catalog, (str, os.PathLike)):
         return Catalog(catalog)
     return catalog
+
+
+def server_keys(topic: str, security, info: TopicInfo | None, endpoints: list) -> dict:
+    """``{partition: the publisher's CURVE key}`` to connect to each live partition of
+    ``endpoints`` with: ``security``'s ``server_public`` (a
+    :class:`~epochstream.security.Security` or ``None``), else the catalog's (``info``). Raises
+    :class:`NotAuthorized` when a live partition's catalog entry and ``security`` do not match
+    (one is CURVE, the other not)."""
+    recorded = {} if info is None else {p.index: p.server_key for p in info.partition_info}
+    keys = {}
+    for i, ep in enumerate(endpoints):
+        if ep is None:
+            continue
+        key = recorded.get(i)
+        if security is None:
+            if key is not None:
+                raise NotAuthorized(
+                    f"topic {topic!r}: the publisher of partition {i} requires CURVE "
+                    f"(server key {key}); pass security=Security.curve(client_secret=...)",
+                    topic=topic, partition=i)
+            continue
+        if security.server_public is not None:
+            keys[i] = security.server_public
+        elif key is None:
+            raise NotAuthorized(
+                f"topic {topic!r}: the catalog records no CURVE key for partition {i} "
+                f"(its publisher serves plain TCP, without security=); pass "
+                f"Security.curve(server_public=...) or subscribe without security=",
+                topic=topic, partition=i)
+        else:
+            keys[i] = key
+    return keys
 
 
 def partition_endpoints(info: TopicInfo, wait: float) -> tuple[list, dict, dict]:

@@ -149,11 +149,11 @@ class Relay:
             while not self._stop.is_set():
                 if self.union:
                     self._change_upstream()
-                for m in up._poll(0.1):
+                for m in up.poll_encoded(0.1):
                     kind = type(m)
                     if kind is DataMessage:
-                        if up._filters.program is not None:  # re-checked: re-encoded
-                            m = up._hand_out(m)
+                        if up.filtering:  # re-checked: re-encoded
+                            m = up.hand_out(m)
                             if m is None:
                                 continue
                             down.send_encoded(m.time, encode(m.data))
@@ -170,7 +170,7 @@ class Relay:
                             self.stats["frontier"] += 1
                     elif kind is Gap:  # not with recover=False; never forward a partial epoch
                         raise EpochstreamError(f"relay of {self.topic!r}: upstream gap {m}")
-                if up.finished and not up._parked:
+                if up.drained:
                     down.close()
                     return
         except EpochstreamError as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import threading
 import time as _time
 import weakref
@@ -25,7 +26,9 @@ from typing import Callable, Iterator
 
 from ..events import FetchResult, Gap
 
-__all__ = ["EpochStream", "SLICE", "BUDGET", "END"]
+__all__ = ["EpochStream", "SLICE", "BUDGET", "END", "check_fetch", "pop_event"]
+
+_GENERATOR = type(x for x in ())
 
 #: seconds: the longest a waiting fetch waits on its sockets before it looks at supersession,
 #: its ``expires`` and the heartbeats again
@@ -50,7 +53,7 @@ class EpochStream:
       ended, else ``(events, read_at, idle)``: the events to hand out (data still encoded),
       the monotonic time the sockets were read (``None`` if they were not: events were
       waiting), and whether nothing at all arrived;
-    - ``_hand_out(event)``: an event as handed out (data decoded and re-checked; ``None``:
+    - ``hand_out(event)``: an event as handed out (data decoded and re-checked; ``None``:
       nothing of it);
     - ``_released(events)``: the generator of released epochs and gaps over an iterator of
       handed-out events, yielding ``None`` for each ``None`` tick of its input;
@@ -77,7 +80,7 @@ class EpochStream:
         poll (busy or idle: :attr:`idle` tells), so that a caller regains control after every
         poll even while data keeps arriving; ends with the stream."""
         owner = self._owner
-        hand_out = owner._hand_out
+        hand_out = owner.hand_out
         while True:
             got = owner._step(self._slice)
             if got is None:
@@ -217,3 +220,31 @@ class _Pull:
                       else "no_data")
         return FetchResult(tuple(self.epochs), status, tuple(self.gaps), self.finished,
                            self.superseded)
+
+
+def check_fetch(max_epochs, max_bytes, expires) -> None:
+    """``ValueError`` for an invalid argument of :meth:`~epochstream.transport.subscriber.Subscriber.fetch`."""
+    if isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < 1:
+        raise ValueError(f"max_epochs must be an int >= 1, got {max_epochs!r}")
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
+                                  or max_bytes < 1):
+        raise ValueError(f"max_bytes must be an int >= 1 (bytes) or None, got {max_bytes!r}")
+    if expires is not None:
+        if isinstance(expires, bool) or not isinstance(expires, (int, float)) or \
+                math.isnan(expires) or expires < 0:
+            raise ValueError(f"expires must be seconds >= 0 or None, got {expires!r}")
+
+
+def pop_event(pending: collections.deque):
+    """The next event of ``pending`` — a deque of what :meth:`~epochstream.transport.subscriber.Subscriber.step_events`
+    returned: events, and iterators of a history fill's ``DataMessage``\\ s, read as they are
+    handed out — or ``None`` when it is empty."""
+    while pending:
+        item = pending[0]
+        if type(item) is not _GENERATOR:
+            return pending.popleft()
+        item = next(item, None)  # a history fill, read as it is handed out
+        if item is not None:
+            return item
+        pending.popleft()
+    return None

@@ -342,7 +342,7 @@ def test_subscriber_joining_a_live_publisher_fills_from_it(tmp_path_factory, sta
     # every epoch history supplied was one remote read: none came from the files
     assert stats.get("history_reads", 0) == sub.stats["history_epochs"]
     if sub.stats["history_epochs"]:
-        assert sub._history.source == "publisher"
+        assert sub._fill._history.source == "publisher"
     if first <= join_after:  # epochs complete before the join can only come from history
         assert sub.stats["history_epochs"] >= join_after - first + 1
 
@@ -451,14 +451,14 @@ def test_recovery_after_a_publisher_restart_reads_through_the_new_publisher(tmp_
             p1.say()
             p1.until("sent 2")  # epochs 0..5 complete, 2 messages of epoch 6 sent
             live.wait_for(5)
-            first = {p: r.endpoint for p, r in sub._history._remote.items()}
+            first = {p: r.endpoint for p, r in sub._fill._history._remote.items()}
             p1.kill()
             with peers((cat, "t", "--resume", "--last", 9, "--pause-end", "--stats",
                         *SMALL)) as (p2,):
                 p2.until("paused end")
                 ep2 = endpoint(cat, "t")
                 live.wait_for(8)
-                second = {p: r.endpoint for p, r in sub._history._remote.items()}
+                second = {p: r.endpoint for p, r in sub._fill._history._remote.items()}
                 stats2 = p2.stats()
                 p2.finish()
             live.join(20)

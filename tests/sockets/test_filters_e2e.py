@@ -397,7 +397,7 @@ def test_update_filter_after_a_partition_finished(world):
     ev = s.events(timeout=5)
     deadline = time.monotonic() + 5
     while len(s.sockets) > 1 and time.monotonic() < deadline:  # partition 0 retired
-        s._pump(0.05)
+        s._join.pump(0.05)
     b = s.update_filter(keys={"B"})
     w.send(1, 5, w.records(1, 5, "AB"))
     w.close_pubs()

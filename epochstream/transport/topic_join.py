@@ -1,0 +1,451 @@
+"""A subscriber's join of every partition of a topic: connect, receive, merge (Strymon
+"Subscriber Logic"), re-join.
+
+:class:`TopicJoin` is composed into the :class:`~epochstream.transport.subscriber.Subscriber`
+and holds its own state: the links to the publishers (:class:`~.links.PartitionLinks`), the
+merged protocol state of the current join (:class:`~epochstream.protocol.SubscriberProtocol`,
+replaced by a re-join), the liveness policy, the recovery decisions (:class:`~.recovery.Recovery`)
+and the events read but not handed out yet, with the failure to raise once they are out. It
+inserts the history fill's epochs (:class:`~.fill.HistoryFill`) ahead of the frontier changes
+that complete them. Data payloads stay encoded here; the subscriber decodes what it hands out.
+
+The hot path is :meth:`TopicJoin.poll` → ``_read`` → ``_handle`` → ``_data``: the filter
+verdict is cached per raw header for this join, so most data messages cost one dict lookup
+before :meth:`~epochstream.protocol.SubscriberProtocol.deliver`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import time as _time
+import weakref
+from typing import Any
+
+import zmq
+
+from .. import wire
+from ..catalog import Catalog, TopicInfo
+from ..errors import (EpochstreamError, NotAuthorized, ProtocolError, PublisherLost,
+                      SubscriberLagged)
+from ..events import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
+from ..frontier import apply_changes
+from ..protocol import SubscriberProtocol
+from ..security import NOT_AUTHORISED, Security
+from .durable import DurableCursor
+from .filtering import FilterSession
+from .fill import HistoryFill
+from .links import PartitionLinks
+from .liveness import Liveness
+from .membership import await_one_run, partition_endpoints, server_keys
+from .recovery import CLOSED, REJOIN, Recovery
+from .release import Release
+
+__all__ = ["TopicJoin", "JoinSettings", "check_options", "FETCH_GRACE_S"]
+
+log = logging.getLogger("epochstream.transport")
+
+# message kinds that spend flow-control credit (the stream proper; not S, H or X)
+_CREDITED = frozenset((wire.DATA, wire.FRONTIER))
+
+#: seconds added to two heartbeat intervals before a fetch gives a silent partition up
+FETCH_GRACE_S = 0.5
+
+# messages read from one socket per poll: more makes the batch handed out bigger (and costlier
+# per message: a probe measured ~7 µs/message more at 1,000 than at 64-128)
+_DRAIN = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinSettings:
+    """How a subscriber joins (the :class:`~epochstream.transport.subscriber.Subscriber`'s
+    options of the same names; seconds for ``timeout``, ``ping_interval``, ``wait``;
+    messages for ``rcvhwm``; ``credit`` in ``credit_unit``)."""
+
+    topic: str
+    order: Any
+    partitions: int
+    id: str
+    timeout: float
+    recover: bool
+    ping_interval: float
+    wait: float
+    rcvhwm: int = 1000
+    credit: int | None = None
+    credit_unit: str = "messages"
+    security: Security | None = None
+
+
+class TopicJoin:
+    """The join of every partition of ``settings.topic``: with ``catalog`` (the partitions'
+    endpoints, incarnations and keys come from it), or ``endpoints`` (one per partition, no
+    catalog). Shares with its subscriber the ``filters`` session, the history ``fill``, the
+    ``durable`` cursor (or ``None``), the ``release`` (the last epoch handed out), ``stats``
+    and the list of ``gaps``. :meth:`join` starts it (again on a re-join); :meth:`poll` reads."""
+
+    def __init__(self, settings: JoinSettings, catalog: Catalog | None, endpoints: list | None,
+                 ctx: zmq.Context, *, filters: FilterSession, fill: HistoryFill,
+                 durable: DurableCursor | None, release: Release,
+                 stats: collections.Counter, gaps: list):
+        s = settings
+        self.topic, self.order, self.partitions, self.id = s.topic, s.order, s.partitions, s.id
+        self.recover, self.timeout, self._wait = s.recover, s.timeout, s.wait
+        self.credit, self.credit_unit, self.security = s.credit, s.credit_unit, s.security
+        self._catalog, self._endpoints_given = catalog, endpoints
+        self._filters, self.fill, self._durable, self._release = filters, fill, durable, release
+        self.stats, self.gaps = stats, gaps
+        self._check = getattr(s.order, "check", None)
+        self.links = PartitionLinks(ctx, rcvhwm=s.rcvhwm, ping_interval=s.ping_interval,
+                                    security=s.security, credit=s.credit)
+        self.liveness = Liveness(s.timeout, s.ping_interval)
+        self._recovery = Recovery(s.topic, s.order, catalog, self.liveness, recover=s.recover,
+                                  timeout=s.timeout)
+        self.parked: list = []  # events not yet handed out (data still encoded)
+        self.failure: EpochstreamError | None = None  # raised once the events before it are out
+        self.position = None  # where this join starts (None: latest)
+        self.protocol = SubscriberProtocol(s.order, s.partitions)  # (replaced by join())
+        self.incarnations: dict[int, str] = {}
+        self.heartbeats: dict[int, float] = {}  # publishers' heartbeat intervals (s)
+        fill.retire = _weak(self.retire)  # a finished partition the fill kept open
+
+    def join(self, floor, info: TopicInfo | None = None) -> None:
+        """Join every partition (afresh, on a re-join) with the Strymon floor ``floor``."""
+        if self._endpoints_given is not None:
+            endpoints, closed, self._catalog_incarnations = list(self._endpoints_given), {}, {}
+        else:
+            if info is None:
+                info = self._catalog.lookup(self.topic, wait=self._wait)
+            info = await_one_run(self._catalog, info, self._wait)  # a run change under way
+            endpoints, closed, self._catalog_incarnations = partition_endpoints(info, self._wait)
+            for i in self._filters.pruned(info):  # key-partitioned: only where our keys live
+                endpoints[i] = None
+                closed[i] = ()
+        keys = server_keys(self.topic, self.security, info, endpoints)
+        self.protocol = SubscriberProtocol(self.order, self.partitions, floor=floor)
+        self._endpoints = self.fill.endpoints = \
+            {i: ep for i, ep in enumerate(endpoints) if ep is not None}
+        # filter verdicts per raw data header: valid for this join's protocol state only
+        self._time_cache: dict[bytes, Any] = {}
+        self._part_lower: dict[int, dict] = {}
+        self.incarnations: dict[int, str] = {}
+        self.heartbeats: dict[int, float] = {}  # publishers' heartbeat intervals (s), for fetch()
+        self.liveness.join(self._endpoints, _time.monotonic())
+        for i, endpoint in self._endpoints.items():
+            self.links.connect(i, endpoint, self._hello(i), keys.get(i))
+        for i, upper in closed.items():
+            self._queue(self._snapshot(i, InitialFrontierSnapshot((), upper)))
+
+    def _hello(self, partition: int) -> dict:
+        """The ``h`` message's fields for ``partition`` (docs/protocol.md §4)."""
+        hello = {"topic": self.topic, "partition": partition, "id": self.id}
+        if self.credit is not None:
+            hello["credit"] = self.credit
+            if self.credit_unit == "epochs":
+                hello["credit_unit"] = "epochs"
+        if self._filters.program is not None:
+            hello["filter"] = self._filters.program.to_wire()
+        return hello
+
+    def _joined_incarnation(self, partition: int) -> str | None:
+        return self.incarnations.get(partition) or self._catalog_incarnations.get(partition)
+
+    def _rejoin(self, reason: str, partition: int) -> None:
+        """Drop this join (its pending epochs are incomplete), re-join every partition with
+        fresh snapshots; the gap is reported (or filled from history) once they are all in
+        (transport/recovery.py)."""
+        self.fill.join = None  # the old join's fill: the new join plans its own
+        since = self._recovery.rejoin_floor(reason, partition, self.protocol,
+                                            self.position)
+        for p in list(self.links.live()):
+            self.retire(p)
+        self.stats["rejoins"] += 1
+        log.warning("topic %r: re-joining after %s on partition %s (last complete epoch %r)",
+                    self.topic, reason, partition, self._release.last_epoch)
+        self.join(floor=since)
+
+    def _settle(self, now: float) -> None:
+        """Carry out what recovery decides about silent or changed partitions."""
+        for action in self._recovery.check(now, self.protocol.snapshots,
+                                           self._joined_incarnation):
+            if action[0] == REJOIN:
+                self._rejoin(action[1], action[2])
+                return
+            self.retire(action[1])
+            if action[0] == CLOSED:  # closed between our catalog lookup and our hello
+                self._queue(self._snapshot(action[1], InitialFrontierSnapshot((), action[2])))
+
+    def _snapshot(self, partition: int, snap: InitialFrontierSnapshot) -> list:
+        self._part_lower[partition] = dict.fromkeys(snap.lower, True)
+        protocol = self.protocol
+        was_ready = protocol.ready
+        out = protocol.receive(partition, snap)
+        if protocol.ready and self._recovery.pending_gap is not None:  # a re-join is complete
+            event, position = self._recovery.rejoined(protocol, self.fill,
+                                                      self._durable is not None,
+                                                      self._release.last_epoch)
+            if position is not None:  # history fills it
+                self.position = position
+                self.stats["rejoins_filled"] += 1
+            else:
+                self.gaps.append(event)
+            out = [event, *out]
+        elif protocol.ready and not was_ready:
+            out = self._ready_history(out)
+        if not snap.lower:
+            self.retire(partition)
+        return out
+
+    def _ready_history(self, out: list) -> list:
+        """The first join became ready (``out``: the protocol's outputs so far): resolve a
+        durable ``"latest"`` start, and plan the history fill of a join at a position."""
+        durable = self._durable
+        if durable is not None and durable.resolve_at_ready:
+            self.position = durable.resolve_latest(self.protocol.lower)
+        position = self.position
+        if position is None:
+            return out
+        if not self.fill.plan(position, self.protocol.snapshots):
+            created = durable is not None and durable.created
+            if durable is not None:
+                durable.refused = created
+            raise self.fill.unavailable(position, created=created)
+        if durable is not None:
+            durable.created = False  # its start is served: it stays, whatever happens next
+        return out
+
+    def _queue(self, outputs: list) -> None:
+        """Append protocol outputs, in order, to the events not yet handed out (with a history
+        fill running: the epochs it completes, ahead of each frontier change)."""
+        if self.fill.join is not None and self.protocol.ready:
+            outputs = self.fill.insert(outputs, self.protocol.lower)
+        for m in outputs:
+            if type(m) is DataMessage:
+                self.stats["delivered"] += 1
+                self.stats["bytes"] += m.nbytes
+        self.parked.extend(outputs)
+
+    def retire(self, partition: int, *, finished: bool = False) -> None:
+        if finished and self.fill.defer_retire(partition):
+            self.liveness.forget(partition)  # its goodbye waits for the history fill
+            return
+        if self.links.retire(partition):
+            self.liveness.forget(partition)
+
+    def _handle(self, partition: int, frames: list) -> list:
+        """Process one multipart message; return protocol outputs (data still encoded)."""
+        self.stats["messages"] += 1
+        if self.credit is not None and (frames[0] == wire.FRONTIER if self.credit_unit == "epochs"
+                                        else frames[0] in _CREDITED):
+            self.links.spend_credit(partition)
+        if len(frames) == 3 and frames[0] == wire.DATA:
+            return self._data(partition, frames[1], frames[2])
+        msg = wire.decode(frames)
+        if isinstance(msg, InitialFrontierSnapshot):
+            meta = wire.decode_snapshot_meta(frames)
+            self.incarnations[partition] = meta.get("incarnation")
+            self.heartbeats[partition] = meta.get("heartbeat")
+            self._filters.snapshot(partition, msg, meta, self.protocol)
+            return self._snapshot(partition, msg)
+        if isinstance(msg, LowerFrontierUpdate):
+            pl = self._part_lower.setdefault(partition, {})
+            apply_changes(pl, msg.updates)
+            out = self.protocol.receive(partition, msg)
+            if not pl:
+                self.retire(partition, finished=True)
+            return out
+        if isinstance(msg, wire.Notice):
+            return self._notice(partition, msg)
+        return []  # heartbeat: liveness only (never applied: it may overtake queued updates)
+
+    def _data(self, partition: int, raw: bytes, payload) -> list:
+        """Hot path: the filter verdict per raw header bytes is cached for this join (many
+        messages share an epoch); the payload is decoded only when handed out."""
+        protocol = self.protocol
+        hit = self._time_cache.get(raw)
+        if hit is None or hit[2] != protocol.version:
+            t = hit[0] if hit is not None else wire.decode_time(raw)
+            if hit is None:
+                if self._check is not None:
+                    t = self._check(t)
+                self._filters.data_at(t)  # times data arrived for (a filter change's bound)
+            ok = not protocol.ready or not protocol.filtering or protocol.passes(t)
+            if len(self._time_cache) > 4096:
+                self._time_cache.clear()
+            hit = self._time_cache[raw] = (t, ok, protocol.version)
+        t, ok, _ = hit
+        if not protocol.ready:
+            return protocol.receive(partition, DataMessage(t, payload, len(payload)))  # buffered
+        if not ok:
+            protocol.dropped += 1
+            self.stats["dropped"] += 1
+            return []
+        return protocol.deliver(t, payload, len(payload))
+
+    def _notice(self, partition: int, msg: wire.Notice) -> list:
+        if msg.code == "filter":
+            self._filters.acked(partition, msg, self._check)
+            return []
+        if msg.code == "lagged":
+            if self.recover:
+                self._rejoin("lagged", partition)
+                return []
+            raise SubscriberLagged(msg.message, partition=partition)
+        if msg.code == "aborted":
+            incarnation = self._joined_incarnation(partition)
+            self.retire(partition)
+            self._recovery.aborted(partition, msg, incarnation)
+            return []
+        if msg.code == "rejoin":
+            if self.recover:
+                self._rejoin("restarted", partition)
+                return []
+            raise PublisherLost(f"topic {self.topic!r}: the publisher of partition {partition} "
+                                f"no longer knows this subscriber (it restarted, or dropped "
+                                f"this connection): {msg.message}", partition=partition)
+        if msg.extra.get("reason") == NOT_AUTHORISED:  # a secured publisher refused us
+            raise NotAuthorized(f"topic {self.topic!r}: the publisher of partition {partition} "
+                                f"refused this subscriber: {msg.message}", topic=self.topic,
+                                partition=partition, principal=str(msg.extra.get("principal", "")))
+        raise ProtocolError(f"publisher of partition {partition} rejected this subscriber: {msg.message}")
+
+    def poll(self, timeout_s: float | None) -> list:
+        """Wait up to ``timeout_s`` seconds for messages; return events (data still encoded).
+        A failure (lagged, lost, aborted, a protocol violation by a publisher) is raised only
+        after everything that arrived before it was returned."""
+        if self.parked:
+            out, self.parked = self.parked, []
+            return out
+        if self.failure is not None:
+            self._raise_failure()
+        try:
+            self._read(timeout_s)
+        except EpochstreamError as exc:
+            self.failure = exc
+        result, self.parked = self.parked, []
+        if not result and self.failure is not None:
+            self._raise_failure()
+        return result
+
+    def _raise_failure(self):
+        exc = self.failure
+        if isinstance(exc, SubscriberLagged) and exc.last_epoch is None and self._release.last_epoch is not None:
+            # name the last epoch actually handed out, now that everything before it was
+            exc = self.failure = SubscriberLagged(
+                f"{exc}; last complete epoch delivered: {self._release.last_epoch!r}",
+                partition=exc.partition, last_epoch=self._release.last_epoch)
+        raise exc
+
+    def _read(self, timeout_s: float | None) -> None:
+        """One poll: read what arrived (outputs go to ``_parked``), ping, check liveness."""
+        liveness, links = self.liveness, self.links
+        if not links:
+            if liveness.awaiting:  # every socket retired, waiting for a new publisher
+                _time.sleep(min(0.05, timeout_s if timeout_s is not None else 0.05))
+                action = self._recovery.check_awaiting(_time.monotonic())
+                if action is not None:
+                    self._rejoin(action[1], action[2])
+            return
+        events = links.poll(None if timeout_s is None else max(0, int(timeout_s * 1000)))
+        now = _time.monotonic()
+        protocol = self.protocol
+        for s, _ in events:
+            partition = links.partition_of.get(s)
+            if partition is None:
+                continue
+            receive = links.receivers[s]
+            for _ in range(_DRAIN):
+                try:
+                    frames = receive()
+                except zmq.Again:
+                    break
+                liveness.heard(partition, now)
+                self._queue(self._handle(partition, frames))
+                if self.protocol is not protocol or partition not in links.by_partition:
+                    break  # re-joined (sockets replaced) or this partition finished
+            if self.protocol is not protocol:
+                break
+        if liveness.ping_due(now):
+            links.ping(wire.encode_control(wire.PING, id=self.id))
+        self._settle(now)
+
+    def wait_ready(self, timeout: float | None = 10.0) -> bool:
+        """Process messages until every partition's snapshot has arrived (data that arrives
+        meanwhile is kept for :meth:`epochs`/:meth:`events`). Returns False on timeout (seconds;
+        0: read what has arrived, without waiting); raises the failure that prevents it (e.g.
+        the hello was refused)."""
+        deadline = None if timeout is None else _time.monotonic() + timeout
+        while not self.protocol.ready:
+            left = None if deadline is None else max(0.0, deadline - _time.monotonic())
+            self.pump(min(left, 0.1) if left is not None else 0.1)
+            if left is not None and left <= 0 and not self.protocol.ready:
+                return False
+        return True
+
+    def pump(self, timeout_s: float) -> None:
+        """Read for up to ``timeout_s`` seconds even while events wait to be handed out (they
+        stay in ``_parked``, in order); a failure is raised now, and again by the iterators
+        once the events before it are out."""
+        if self.failure is not None:
+            raise self.failure
+        try:
+            self._read(timeout_s)
+        except EpochstreamError as exc:
+            self.failure = exc
+            raise
+
+    def check_heartbeats(self, read_at: float) -> None:
+        """After a fetch's poll that read the sockets (at ``read_at``): a partition silent for
+        more than two heartbeat intervals of its publisher (announced in its snapshot) plus
+        :data:`FETCH_GRACE_S` is lost (the failure is kept; the next poll raises it)."""
+        if self.failure is not None:
+            return
+        lost = self.liveness.missed_heartbeats(read_at, self.heartbeats, FETCH_GRACE_S)
+        if lost is not None:
+            partition, silent, hb = lost
+            self.failure = PublisherLost(
+                f"topic {self.topic!r}: no message from partition {partition} for "
+                f"{silent:.2f} s during a fetch: two heartbeats missed (its publisher sends "
+                f"one every {hb} s when idle)", partition=partition)
+
+    def retire_all(self) -> None:
+        """Say goodbye to every live partition and close its link."""
+        for partition in list(self.links.live()):
+            self.retire(partition)
+
+
+def _weak(method):
+    """``method`` (bound) called through a weak reference: the part holding it keeps no cycle
+    back to its owner (a dropped subscriber is then closed at once, not by the garbage
+    collector at any moment)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args, **kwargs):
+        m = ref()
+        if m is not None:
+            m(*args, **kwargs)
+    return call
+
+
+def check_options(security, endpoints, takeover, credit, credit_unit) -> Security | None:
+    """A subscriber's ``security`` (``None`` when off), after checking the options of its join
+    that go together: ``TypeError``/``ValueError`` naming the offender."""
+    if security is not None and not isinstance(security, Security):
+        raise TypeError(f"security must be a Security or None, got {type(security).__name__}")
+    security = security if security is not None and security.enabled else None
+    if security is not None and not security.is_client:
+        raise ValueError("a subscriber's security needs its key pair: "
+                         "Security.curve(client_secret=..., server_public=...)")
+    if security is not None and endpoints is not None and security.server_public is None:
+        raise ValueError("a subscriber with endpoints= has no catalog to find the "
+                         "publishers' keys in: pass Security.curve(server_public=...)")
+    if not isinstance(takeover, bool):  # a truthy "false" must not take a live holder's name
+        raise TypeError(f"takeover must be True or False, got {takeover!r}")
+    if credit_unit not in ("messages", "epochs"):
+        raise ValueError(f"credit_unit must be 'messages' or 'epochs', got {credit_unit!r}")
+    least = 2 if credit_unit == "messages" else 1
+    if credit is not None and (isinstance(credit, bool) or not isinstance(credit, int)
+                               or credit < least):
+        raise ValueError(f"credit must be an int >= {least} ({credit_unit}), got {credit!r}")
+    return security
+
