@@ -603,7 +603,7 @@ class Authorizer:
 
     def notice(self, user_id: str | None, why: str) -> list[bytes]:
         """The ``X error`` frames refusing ``user_id``, naming the topic and ``why``."""
-        from . import wire
+        from .. import wire
 
         return wire.encode_notice("error", f"not authorised for topic {self.topic!r} ({why})",
                                   reason=NOT_AUTHORISED, principal=user_id or "")
