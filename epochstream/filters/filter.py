@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable
 
 import msgpack
 
-from .errors import FilterError
+from ..errors import FilterError
 
 __all__ = ["Filter", "Program", "FilterError", "OPS", "boundary", "cover", "covers",
            "MAX_CONJUNCTS", "MAX_KEYS"]
