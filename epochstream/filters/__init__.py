@@ -1,16 +1,29 @@
-"""Filters a subscriber asks for, evaluated alike by the publisher and the subscriber
-(docs/filters.md); the code lives in :mod:`epochstream.filters.filter` while it is split into
-one module per job."""
+"""Filtering at the source (docs/filters.md). Pure: no sockets, no clock. One module per job,
+each importing only the ones above it:
 
-from .filter import (MAX_CONJUNCTS, MAX_KEYS, OPS, Filter, FilterError, Program, boundary,
-                     cover, covers)
-from .filter import MAX_ENTRIES as MAX_ENTRIES
-from .filter import MAX_WIRE_BYTES as MAX_WIRE_BYTES
+- :mod:`~epochstream.filters.filter`: the record filter (:class:`Filter`,
+  :class:`FilterError`), evaluated on dict records and on Arrow batches, alone or several at
+  once (``union_records``, ``union_arrow``);
+- :mod:`~epochstream.filters.schedule`: :class:`FilterSchedule`, which filter each epoch is
+  under while a subscriber's filter changes, and :func:`boundary`, where a change takes effect;
+- :mod:`~epochstream.filters.cover`: :func:`cover` and :func:`covers`, what a relay asks its
+  upstream for.
+
+Every name is importable from here, as it was when this was one module.
+"""
+
+from .cover import cover, covers
+from .filter import MAX_CONJUNCTS, MAX_KEYS, OPS, Filter, FilterError
 from .filter import union_arrow as union_arrow
 from .filter import union_records as union_records
+from .schedule import MAX_ENTRIES as MAX_ENTRIES
+from .schedule import MAX_WIRE_BYTES as MAX_WIRE_BYTES
+from .schedule import FilterSchedule, boundary
 
-__all__ = ["Filter", "Program", "FilterError", "OPS", "boundary", "cover", "covers",
-           "MAX_CONJUNCTS", "MAX_KEYS"]
+Program = FilterSchedule  # deprecated alias, removed in the next release
+
+__all__ = ["Filter", "FilterSchedule", "Program", "FilterError", "OPS", "boundary", "cover",
+           "covers", "MAX_CONJUNCTS", "MAX_KEYS"]
 
 # what doctest.testmod(epochstream.filters) runs (tests/test_filters.py): the submodules' examples
 __test__ = {"Filter": Filter, "cover": cover, "covers": covers, "boundary": boundary}
