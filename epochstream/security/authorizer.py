@@ -52,7 +52,7 @@ GRANTS_REFRESH_S = 1.0
 
 class Authorizer:
     """A secured publisher's access decisions for ``topic``: the authenticated principal of
-    each message (:meth:`receive`), whether it may subscribe (:meth:`refusal`), and dropping
+    each message (:meth:`user_of`), whether it may subscribe (:meth:`refusal`), and dropping
     registered peers whose grant was revoked (:meth:`enforce`). ``catalog``: where grants are
     read (``Catalog.grants(topic)``), or ``None`` (every authenticated peer may subscribe).
 
