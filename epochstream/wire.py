@@ -173,7 +173,8 @@ def _is_req(v) -> bool:
 
 def _is_program(v) -> bool:
     """A filter program's outer shape: an array of 1..16 entries (each entry is checked by
-    :meth:`epochstream.filters.Program.from_wire` on the publisher, which knows the order)."""
+    :meth:`epochstream.filters.FilterSchedule.from_wire` on the publisher, which knows the
+    order)."""
     return type(v) is tuple and 1 <= len(v) <= 16
 
 

@@ -1,5 +1,5 @@
 """The pure parts of filtering at the source (issue 14): :mod:`epochstream.filters` (Filter,
-Program, boundary, union_records / union_arrow) and
+FilterSchedule, boundary, union_records / union_arrow) and
 :mod:`epochstream.transport.interest` (what a publisher sends one peer).
 
 Each property is checked against this file's own reading of the semantics (docs/filters.md and
@@ -31,7 +31,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 import epochstream.filters
 from epochstream.errors import FilterError, ProtocolError
-from epochstream.filters import (MAX_CONJUNCTS, MAX_ENTRIES, MAX_KEYS, OPS, Filter, Program,
+from epochstream.filters import (MAX_CONJUNCTS, MAX_ENTRIES, MAX_KEYS, OPS, Filter, FilterSchedule,
                                  boundary, union_arrow, union_records, cover, covers)
 from epochstream.order import TOTAL, check_time, dual, product
 from epochstream.transport.interest import ALL, SKIP, Interest, sent_filter
@@ -554,14 +554,14 @@ def programs(draw, order, grid):
     for _ in range(draw(st.integers(0, 4))):
         b = draw(st.none() | antichains(order, grid))
         entries.append((b, draw(st.sampled_from(F))))
-    return Program(order, entries)
+    return FilterSchedule(order, entries)
 
 
 def _at_or_beyond(order, t, frontier) -> bool:
     return any(order.le(b, t) for b in frontier)
 
 
-def _oracle_in_force(p: Program, t):
+def _oracle_in_force(p: FilterSchedule, t):
     k = 0
     for i, (b, _) in enumerate(p.entries):
         if i and b is not None and _at_or_beyond(p.order, t, b):
@@ -615,7 +615,7 @@ def test_a_chain_of_changes_is_safe(data):
     switch, at any time. Whatever program it used, the filter finally in force for ``t`` is in
     the union it sent at ``t``."""
     order, grid = data.draw(order_and_grid())
-    prog = Program.single(order, data.draw(st.sampled_from(F)))
+    prog = FilterSchedule.single(order, data.draw(st.sampled_from(F)))
     uppers: list = []
     used = [prog]  # the programs used since the last switch
     history = []  # (program used, times it may have sent data at: None = any)
@@ -653,7 +653,7 @@ def test_prune_keeps_what_is_in_force_at_or_beyond_the_lower_frontier(data):
 
 def test_program_examples_total_order():
     a, b, c = F[0], F[1], F[2]
-    p = Program.single(TOTAL, a)
+    p = FilterSchedule.single(TOTAL, a)
     assert p.in_force(0) == a and p.sent(5) == (a,) and p.current == a
     pend = p.with_change(b, None)
     assert pend.entries == ((None, a), (None, b)) and pend.in_force(9) == a
@@ -674,12 +674,13 @@ def test_program_examples_total_order():
 
 def test_program_refusals():
     with pytest.raises(FilterError):
-        Program(TOTAL, [])
+        FilterSchedule(TOTAL, [])
     with pytest.raises(FilterError):
-        Program(TOTAL, [((1,), F[0])])
+        FilterSchedule(TOTAL, [((1,), F[0])])
     with pytest.raises(FilterError, match=str(MAX_ENTRIES)):
-        Program(TOTAL, [(None, F[0])] + [((i,), F[i % 2]) for i in range(1, MAX_ENTRIES + 1)])
-    ok = Program(TOTAL, [(None, F[0])] + [((i,), F[i % 2]) for i in range(1, MAX_ENTRIES)])
+        FilterSchedule(TOTAL, [(None, F[0])]
+                       + [((i,), F[i % 2]) for i in range(1, MAX_ENTRIES + 1)])
+    ok = FilterSchedule(TOTAL, [(None, F[0])] + [((i,), F[i % 2]) for i in range(1, MAX_ENTRIES)])
     with pytest.raises(FilterError):
         ok.with_change(F[2], (99,))
 
@@ -688,7 +689,7 @@ def test_program_refusals():
 def test_program_wire_round_trip(data):
     order, grid = data.draw(order_and_grid())
     p = data.draw(programs(order, grid))
-    q = Program.from_wire(order, _wire(p.to_wire()), lambda t: check_time(order, t))
+    q = FilterSchedule.from_wire(order, _wire(p.to_wire()), lambda t: check_time(order, t))
     assert q == p and hash(q) == hash(p)
     for t in grid:
         assert q.in_force(t) == p.in_force(t) and q.sent(t) == p.sent(t)
@@ -705,7 +706,7 @@ program_garbage = st.recursive(
 def test_program_wire_garbage_is_a_filter_error(order_name, obj):
     order = ORDERS[order_name][0]
     try:
-        p = Program.from_wire(order, _wire(obj), lambda t: check_time(order, t))
+        p = FilterSchedule.from_wire(order, _wire(obj), lambda t: check_time(order, t))
     except FilterError:
         return
     assert p.entries[0][0] is None
@@ -721,24 +722,31 @@ def test_program_wire_garbage_is_a_filter_error(order_name, obj):
 ])
 def test_program_wire_garbage_examples(obj):
     with pytest.raises(FilterError):
-        Program.from_wire(TOTAL, _wire(obj), lambda t: check_time(TOTAL, t))
+        FilterSchedule.from_wire(TOTAL, _wire(obj), lambda t: check_time(TOTAL, t))
 
 
 @pytest.mark.parametrize("t", [2**64, -2**63 - 1, 1.5, "1", None])
 def test_program_boundary_times_out_of_range_are_filter_errors(t):
     with pytest.raises(FilterError):
-        Program.from_wire(TOTAL, [[None, {}], [[t], {}]], lambda t: check_time(TOTAL, t))
+        FilterSchedule.from_wire(TOTAL, [[None, {}], [[t], {}]], lambda t: check_time(TOTAL, t))
 
 
 def test_program_boundary_times_of_the_wrong_shape_are_filter_errors():
     for obj in ([[None, {}], [[1], {}]], [[None, {}], [[(1, 2, 3)], {}]]):
         with pytest.raises(FilterError):
-            Program.from_wire(P2, _wire(obj), lambda t: check_time(P2, t))
+            FilterSchedule.from_wire(P2, _wire(obj), lambda t: check_time(P2, t))
 
     def boom(t):
         raise ProtocolError("bad")
     with pytest.raises(FilterError):
-        Program.from_wire(TOTAL, _wire([[None, {}], [[1], {}]]), boom)
+        FilterSchedule.from_wire(TOTAL, _wire([[None, {}], [[1], {}]]), boom)
+
+
+def test_program_is_a_deprecated_alias_of_filter_schedule():
+    from epochstream.filters import Program
+
+    assert Program is FilterSchedule and "Program" in epochstream.filters.__all__
+    assert Program.single(TOTAL, F[0]) == FilterSchedule.single(TOTAL, F[0])
 
 
 # =============================================================================================
@@ -839,7 +847,7 @@ def test_interest_select_and_frontier(data):
 
 def test_interest_examples():
     a = Filter(keys=["a"])
-    i = Interest(TOTAL, (3,), Program.single(TOTAL, a))
+    i = Interest(TOTAL, (3,), FilterSchedule.single(TOTAL, a))
     assert not i.trivial
     assert i.select(2) is SKIP and i.select(3) is SKIP and i.select(4) == (a,)
     i.frontier((2,))
@@ -847,17 +855,17 @@ def test_interest_examples():
     i.frontier((4,))
     assert i.skip is None and i.select(3) == (a,)
     assert Interest(TOTAL).trivial and Interest(TOTAL).select(0) is ALL
-    assert Interest(TOTAL, (), Program.single(TOTAL, Filter())).trivial
-    assert Interest(TOTAL, (), Program.single(TOTAL, a), unfiltered=True).trivial
-    assert not Interest(TOTAL, (1,), Program.single(TOTAL, a), unfiltered=True).trivial
-    assert Interest(TOTAL, (), Program.single(TOTAL, a), unfiltered=True).select(0) is ALL
-    p = Program.single(TOTAL, a).with_change(Filter(), (5,))
+    assert Interest(TOTAL, (), FilterSchedule.single(TOTAL, Filter())).trivial
+    assert Interest(TOTAL, (), FilterSchedule.single(TOTAL, a), unfiltered=True).trivial
+    assert not Interest(TOTAL, (1,), FilterSchedule.single(TOTAL, a), unfiltered=True).trivial
+    assert Interest(TOTAL, (), FilterSchedule.single(TOTAL, a), unfiltered=True).select(0) is ALL
+    p = FilterSchedule.single(TOTAL, a).with_change(Filter(), (5,))
     j = Interest(TOTAL, (), p)
     assert not j.trivial  # two entries: it still filters epochs before 5
     assert j.select(4) is ALL and j.select(5) is ALL  # the union keeps everything
     j.frontier((5,))
     assert j.trivial
-    q = Program.single(TOTAL, Filter()).with_change(a, (5,))
+    q = FilterSchedule.single(TOTAL, Filter()).with_change(a, (5,))
     k = Interest(TOTAL, (), q)
     assert k.select(4) is ALL and k.select(5) == (a,)
 

@@ -4,7 +4,7 @@ how a change is made at an epoch boundary (docs/filters.md).
 :class:`FilterSession` holds this state for one
 :class:`~epochstream.transport.subscriber.Subscriber` (which drives it: it sends the frames the
 session makes and pumps its sockets while a change waits for answers). The rules are the pure
-:class:`~epochstream.filters.Program` and :func:`~epochstream.filters.boundary`.
+:class:`~epochstream.filters.FilterSchedule` and :func:`~epochstream.filters.boundary`.
 
 A change, in two steps (every partition's publisher applies them in its stream order):
 
@@ -28,7 +28,7 @@ from typing import Any
 from .. import wire
 from ..errors import ProtocolError
 from ..events import LowerFrontierUpdate
-from ..filters import MAX_WIRE_BYTES, Filter, FilterError, Program, boundary
+from ..filters import MAX_WIRE_BYTES, Filter, FilterError, FilterSchedule, boundary
 from ..frontier import Antichain, apply_changes, join
 from ..order import dual
 from ..partitioning import partitions_for
@@ -48,7 +48,8 @@ class FilterSession:
         self.topic, self.order, self.codec, self.partitions = topic, order, codec, partitions
         f = Filter(keys, columns, where)
         #: the program in force (``None``: no filter); read on the hot path
-        self.program: Program | None = None if f.everything else Program.single(order, f)
+        self.program: FilterSchedule | None = (None if f.everything
+                                               else FilterSchedule.single(order, f))
         if self.program is not None:
             _check_size(self.program)
         self.topic_key: Any = None    # the key column the publishers announced
@@ -169,7 +170,7 @@ class FilterSession:
         """Step 1: the program gains ``new`` with an unknown boundary; returns the ``u`` frames
         to send to every live partition. Raises :class:`~epochstream.filters.FilterError` (a
         key change the publishers' key function cannot take, or too big for the wire)."""
-        old = self.program or Program.single(self.order, Filter())
+        old = self.program or FilterSchedule.single(self.order, Filter())
         old = old.prune(tuple(self._handed_lower)) if self._handed_lower else old
         if self._keys_trusted and any(f.keys != new.keys for _, f in old.entries):
             # the publishers apply keys= by a key function (or the topic has no key): this
@@ -213,7 +214,7 @@ class FilterSession:
         return wire.encode_control(wire.UPDATE, id=uid, filter=self.program.to_wire())
 
 
-def _check_size(program: Program) -> None:
+def _check_size(program: FilterSchedule) -> None:
     """FilterError for a program too big to travel in a hello or an update (MAX_WIRE_BYTES;
     a publisher's socket would drop the connection, not answer)."""
     n = len(wire.encode_control(wire.UPDATE, id=0, filter=program.to_wire())[1])

@@ -7,10 +7,10 @@ An :class:`Interest` holds two things a publisher applies before sending a ``D``
   every epoch ``t <= u`` for some ``u`` in it (epochs begun before it joined), so data at such
   ``t`` is not sent to it at all. Retired once the partition's lower frontier has no element
   ``<=`` any ``u`` (no later data can be ``<= u``).
-- ``program``: the peer's :class:`~epochstream.filters.Program`. Data at ``t`` goes out filtered
-  by the union of :meth:`~epochstream.filters.Program.sent` ``(t)``, projected on those
-  filters' columns plus every column their conjuncts and keys read (so the subscriber can
-  re-check what it receives). ``unfiltered``: the peer joined past the partition's bound on
+- ``program``: the peer's :class:`~epochstream.filters.FilterSchedule`. Data at ``t`` goes out
+  filtered by the union of :meth:`~epochstream.filters.FilterSchedule.sent` ``(t)``, projected
+  on those filters' columns plus every column their conjuncts and keys read (so the subscriber
+  can re-check what it receives). ``unfiltered``: the peer joined past the partition's bound on
   distinct programs: it is sent everything (and re-checks, which stays correct).
 
 :meth:`Interest.select` maps a time to what to send: :data:`SKIP`, :data:`ALL`, or a tuple of
@@ -20,7 +20,7 @@ filters share one encoding). Cost: O(|skip|) comparisons plus O(entries) per mes
 
 from __future__ import annotations
 
-from ..filters import Filter, Program
+from ..filters import Filter, FilterSchedule
 from ..frontier import Antichain
 from ..order import dual
 
@@ -38,7 +38,7 @@ class Interest:
 
     __slots__ = ("order", "skip", "program", "unfiltered")
 
-    def __init__(self, order, skip: tuple = (), program: Program | None = None,
+    def __init__(self, order, skip: tuple = (), program: FilterSchedule | None = None,
                  unfiltered: bool = False):
         self.order = order
         self.skip = Antichain(dual(order), skip) if skip else None

@@ -16,7 +16,7 @@ import zmq
 
 from .. import wire
 from ..errors import HistoryWriteError
-from ..filters import Filter, FilterError, Program, union_arrow, union_records
+from ..filters import Filter, FilterError, FilterSchedule, union_arrow, union_records
 from ..order import check_time
 from ..events import InitialFrontierSnapshot
 from ..frontier import Antichain, apply_changes
@@ -493,19 +493,19 @@ class PublisherLoop:
         # a ping from a known peer: nothing to do (ZMTP heartbeats keep the connection)
 
     # -- filtering at the source (docs/filters.md) ------------------------------------------
-    def _program(self, obj) -> Program | None:
+    def _program(self, obj) -> FilterSchedule | None:
         """The decoded filter program of a hello or update (``None``: none). Raises
         :class:`~epochstream.filters.FilterError`."""
         if obj is None:
             return None
-        program = Program.from_wire(self.order, obj, lambda t: check_time(self.order, t))
+        program = FilterSchedule.from_wire(self.order, obj, lambda t: check_time(self.order, t))
         for _, f in program.entries:
             if f.keys is not None and self.key is None:
                 raise FilterError(f"keys= needs a topic key, and the publisher of "
                                   f"{self.topic!r} declares none (Publisher(..., key=...))")
         return program
 
-    def _over_bound(self, program: Program) -> bool:
+    def _over_bound(self, program: FilterSchedule) -> bool:
         """True if serving ``program`` would make more distinct programs than the bound
         (a key function's filters are never left to the subscriber: it cannot re-check them)."""
         if callable(self.key) and any(f.keys is not None for _, f in program.entries):

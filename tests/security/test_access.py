@@ -14,7 +14,7 @@ import msgpack
 import pytest
 import zmq
 
-import epochstream.security as security
+import epochstream.security.authorizer as security  # where GRANTS_REFRESH_S is read
 from epochstream import (Catalog, NotAuthorized, PublisherLost, Retention, Security, Subscriber,
                          wire)
 from epochstream.catalog.server import CatalogServer

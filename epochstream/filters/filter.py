@@ -1,6 +1,6 @@
-"""Filters a subscriber asks for — keys, a projection, a row predicate — evaluated the same way
-by the publisher (before sending) and by the subscriber (re-checking), and the *filter program*
-that keeps every epoch whole under one filter while the filter changes (docs/filters.md).
+"""The record filter a subscriber asks for — keys, a projection, a row predicate — evaluated
+the same way by the publisher (before sending) and by the subscriber (re-checking), on dict
+records and on Arrow batches (docs/filters.md).
 
 Pure: no sockets, no clock. pyarrow is imported only to filter Arrow batches.
 
@@ -15,33 +15,21 @@ the batch lacks is a :class:`FilterError`). Values are msgpack scalars: ``None``
 ``None`` on either side of ``== != < <= > >=`` does not match; ``in`` (and ``keys``) matches
 ``None`` iff the list holds ``None``, and NaN iff it holds NaN.
 
-**A program** (:class:`Program`) is how a subscriber's filter changes without mixing filters
-inside an epoch: a list of ``(boundary, filter)`` entries, the first with boundary ``None``.
-For an epoch ``t``, the filter *in force* is the last entry whose boundary ``B`` satisfies
-``B <= t`` (at or beyond, as a frontier), :meth:`Program.in_force`. A publisher sends data at
-``t`` filtered by the *union* of the filters of that entry and every later one
-(:meth:`Program.sent`); an entry whose boundary is still unknown (``None`` after the first) is in
-that union for every ``t``. The subscriber re-filters each epoch by the filter in force, so it
-releases exactly the epoch's records matching it — whatever the publisher sent under the
-program it knew at the time, since programs only grow (proof in docs/filters.md).
-
-:func:`boundary` gives the frontier a change takes effect at: the minimal times not ``<=`` any
-time a partition had sent data for when it switched (its upper frontier), so no data of an epoch
-at or beyond it was filtered by the old program only.
+:func:`union_records` and :func:`union_arrow` apply several filters at once: what a publisher
+sends while a subscriber's filter changes (:mod:`epochstream.filters.schedule`).
 """
 
 from __future__ import annotations
 
-import itertools
 import operator
 from typing import Any, Callable, Iterable
 
 import msgpack
 
-from .errors import FilterError
+from ..errors import FilterError
 
-__all__ = ["Filter", "Program", "FilterError", "OPS", "boundary", "cover", "covers",
-           "MAX_CONJUNCTS", "MAX_KEYS"]
+__all__ = ["Filter", "FilterError", "OPS", "MAX_CONJUNCTS", "MAX_KEYS", "union_records",
+           "union_arrow"]
 
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
 """The comparison operators of a ``where`` conjunct."""
@@ -49,11 +37,6 @@ MAX_CONJUNCTS = 64
 """At most this many ``where`` conjuncts (and columns) in one filter."""
 MAX_KEYS = 100_000
 """At most this many keys (and ``in`` values) in one filter."""
-MAX_ENTRIES = 16
-"""At most this many entries in a program (older ones are pruned as the frontier passes)."""
-MAX_WIRE_BYTES = 60_000
-"""At most this many bytes for a program's msgpack encoding: it travels in a hello or an update,
-and a publisher takes subscriber messages of at most 64 KiB (``MAXMSGSIZE``)."""
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1  # what msgpack carries
 
 _PY_OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -381,281 +364,3 @@ def _union_columns(filters) -> tuple | None:
     if any(f.columns is None for f in filters):
         return None
     return tuple(dict.fromkeys(c for f in filters for c in f.columns))
-
-
-# =============================================================================================
-# programs
-
-class Program:
-    """``Program(entries)``: ``[(boundary, Filter), ...]`` — ``boundary`` a tuple of times (a
-    frontier) or ``None`` (the first entry: from the start; a later entry: a change whose
-    boundary is not known yet). See the module docstring. ``order``: the topic's order."""
-
-    __slots__ = ("order", "entries", "_key")
-
-    def __init__(self, order, entries: Iterable[tuple[tuple | None, Filter]]):
-        self.order = order
-        self.entries: tuple = tuple((None if b is None else tuple(b), f) for b, f in entries)
-        if not self.entries or self.entries[0][0] is not None:
-            raise FilterError("a filter program starts with an entry of boundary None")
-        if len(self.entries) > MAX_ENTRIES:
-            raise FilterError(f"a filter program has at most {MAX_ENTRIES} entries")
-        self._key = self.entries
-
-    @classmethod
-    def single(cls, order, f: Filter) -> "Program":
-        return cls(order, [(None, f)])
-
-    @property
-    def current(self) -> Filter:
-        """The newest filter."""
-        return self.entries[-1][1]
-
-    def _index(self, t) -> int:
-        le = self.order.le
-        k = 0
-        for i, (b, _) in enumerate(self.entries):
-            if i and b is not None and any(le(x, t) for x in b):
-                k = i
-        return k
-
-    def in_force(self, t) -> Filter:
-        """The filter epoch ``t`` is released under (the subscriber's re-check)."""
-        return self.entries[self._index(t)][1]
-
-    def sent(self, t) -> tuple:
-        """The filters whose union a publisher sends data at ``t`` under (distinct, in order)."""
-        return tuple(dict.fromkeys(f for _, f in self.entries[self._index(t):]))
-
-    def prune(self, lower: Iterable) -> "Program":
-        """Drop entries no epoch at or beyond the frontier ``lower`` is under: those before
-        the last entry whose boundary every element of ``lower`` is at or beyond."""
-        le = self.order.le
-        lower = tuple(lower)
-        if not lower:
-            return Program(self.order, [(None, self.current)])
-        k = 0
-        for i, (b, _) in enumerate(self.entries):
-            if i and b is not None and all(any(le(x, t) for x in b) for t in lower):
-                k = i
-        if k == 0:
-            return self
-        return Program(self.order, [(None, self.entries[k][1]), *self.entries[k + 1:]])
-
-    def with_change(self, f: Filter, at: tuple | None = None) -> "Program":
-        """This program with ``f`` appended at boundary ``at`` (``None``: not known yet), or
-        the pending last entry's boundary set."""
-        entries = list(self.entries)
-        if len(entries) > 1 and entries[-1][0] is None and entries[-1][1] == f:
-            entries[-1] = (at, f)
-        else:
-            entries.append((at, f))
-        return Program(self.order, entries)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Program) and self._key == other._key
-
-    def __hash__(self) -> int:
-        return hash(self._key)
-
-    def __repr__(self) -> str:
-        return f"Program({list(self.entries)!r})"
-
-    def to_wire(self) -> list:
-        """``[[boundary or nil, filter map], ...]``."""
-        return [[None if b is None else [list(t) if isinstance(t, tuple) else t for t in b],
-                 f.to_wire()] for b, f in self.entries]
-
-    @classmethod
-    def from_wire(cls, order, obj, check_time: Callable | None = None) -> "Program":
-        """Decode :meth:`to_wire` (``check_time`` normalises each boundary time);
-        :class:`FilterError` for anything malformed."""
-        if not isinstance(obj, (list, tuple)) or not obj or len(obj) > MAX_ENTRIES:
-            raise FilterError(f"a filter program must be an array of 1..{MAX_ENTRIES} "
-                              f"[boundary, filter] entries, got {obj!r:.80}")
-        entries = []
-        for e in obj:
-            if not isinstance(e, (list, tuple)) or len(e) != 2:
-                raise FilterError(f"a program entry must be [boundary, filter], got {e!r:.80}")
-            b, f = e
-            if b is not None:
-                if not isinstance(b, (list, tuple)) or len(b) > 1024:
-                    raise FilterError(f"a boundary must be an array of times, got {b!r:.80}")
-                try:
-                    b = tuple(check_time(x) if check_time else x for x in b)
-                except Exception as exc:  # noqa: BLE001 - any bad time is a bad filter
-                    raise FilterError(f"bad boundary time: {exc}") from None
-            entries.append((b, Filter.from_wire(f)))
-        return cls(order, entries)
-
-
-def _read_columns(f: Filter, key) -> tuple | None:
-    """The columns a record must keep for ``f`` to be applied to it again downstream: its
-    projection plus every column its conjuncts and keys read (``None``: all columns)."""
-    if f.columns is None:
-        return None
-    extra = [c for c, _, _ in f.where]
-    if f.keys is not None and isinstance(key, str):
-        extra.append(key)
-    return tuple(dict.fromkeys((*f.columns, *extra)))
-
-
-def _value_set(op: str, value) -> dict | None:
-    """``{msgpack bytes: value}`` of the values an ``==``/``in`` conjunct admits (``None`` for
-    other ops). Bytes keep ``1``, ``1.0`` and ``True`` apart, as the filter's identity does."""
-    if op == "in":
-        return {_packb(v): v for v in value}
-    if op == "==":
-        return {_packb(value): value}
-    return None
-
-
-def cover(filters: Iterable[Filter], key=None) -> Filter:
-    """A filter that keeps every record any of ``filters`` keeps, with every column each of
-    them reads — what a relay asks its upstream for so that it can serve all of them
-    (docs/filters.md, "Relays"). Not the exact union (a filter is a conjunction; the union of
-    two is not one) but a cover built part by part:
-
-    - ``keys``: the union of the key sets if every filter has one, else none;
-    - ``columns``: the union of each filter's columns plus the columns its conjuncts and keys
-      read, if every filter projects, else all columns;
-    - ``where``: the conjuncts every filter has, plus, for each column that every filter
-      restricts with ``==`` or ``in``, ``(column, "in", union of their values)``.
-
-    ``key``: the topic's key column (a key function: keys still unite, no column is added).
-    Bounds: a key or value set beyond :data:`MAX_KEYS` is dropped (the cover only grows), and so
-    are keys, then ``where``, if the result would not fit :data:`MAX_WIRE_BYTES` on the wire.
-    No filters: :class:`Filter` () (everything). :func:`covers` ``(cover(fs), f)`` holds for
-    every ``f`` in ``fs``.
-
-    >>> a = Filter(where=[("carrier", "==", "AA"), ("delay", ">", 10)])
-    >>> b = Filter(where=[("carrier", "in", ["UA", "DL"]), ("delay", ">", 10)])
-    >>> cover([a, b])
-    Filter(where=(('delay', '>', 10), ('carrier', 'in', ('AA', 'DL', 'UA'))))
-    """
-    fs = list(dict.fromkeys(filters))
-    if not fs:
-        return Filter()
-    if len(fs) == 1:
-        f = fs[0]
-        return f if f.columns is None else Filter(f.keys, _read_columns(f, key), f.where)
-    if isinstance(key, str) and not all(f.keys is not None for f in fs):
-        # keys on a key column are a conjunct on it: unite them with the others' ``in``s
-        cols = [_read_columns(f, key) for f in fs]
-        fs = [_keys_as_where(f, key) for f in fs]
-        if all(c is not None for c in cols):
-            fs = [Filter(f.keys, c, f.where) for f, c in zip(fs, cols)]
-    keys = None
-    if all(f.keys is not None for f in fs):
-        ks: dict = {}
-        for f in fs:
-            ks.update((_packb(k), k) for k in f.keys)
-        keys = list(ks.values()) if len(ks) <= MAX_KEYS else None
-    columns = None
-    if all(f.columns is not None for f in fs):
-        columns = list(dict.fromkeys(c for f in fs for c in _read_columns(f, key)))
-        if len(columns) > MAX_CONJUNCTS:
-            columns = None
-    first, rest = fs[0], fs[1:]
-    common = [c for c in first.where if all(c in f.where for f in rest)]
-    united = []
-    for col in dict.fromkeys(c for c, _, _ in first.where):
-        sets = []
-        for f in fs:
-            vs = next((_value_set(op, v) for c, op, v in f.where
-                       if c == col and op in ("==", "in")), None)
-            if vs is None:
-                break
-            sets.append(vs)
-        else:
-            merged: dict = {}
-            for vs in sets:
-                merged.update(vs)
-            conj = (col, "in", tuple(merged.values()))
-            if len(merged) <= MAX_KEYS and conj not in common:
-                united.append(conj)
-    where = (common + united)[:MAX_CONJUNCTS]
-    for attempt in ((keys, columns, where), (None, columns, where), (None, columns, None)):
-        out = Filter(*attempt)
-        if len(_packb(out.to_wire())) <= MAX_WIRE_BYTES // 2:
-            return out
-    return Filter(None, columns, None)
-
-
-def _keys_as_where(f: Filter, key: str) -> Filter:
-    """``f`` with its keys as the conjunct ``(key, "in", keys)`` (the same records)."""
-    if f.keys is None:
-        return f
-    return Filter(None, f.columns, (*f.where, (key, "in", f.keys)))
-
-
-def covers(wide: Filter, narrow: Filter, key=None) -> bool:
-    """True if every record ``narrow`` keeps passes ``wide`` with every column ``narrow``
-    reads (so ``narrow`` can be applied again to what ``wide`` let through). Sound, not
-    complete: ``False`` may be answered for a pair that is covered in fact, never ``True`` for
-    one that is not. Per part: ``wide.keys`` contains ``narrow.keys``; ``wide.columns``
-    contains the columns ``narrow`` reads; each conjunct of ``wide`` is one of ``narrow``'s,
-    or an ``in`` (or ``==``) whose values contain those of an ``==``/``in`` of ``narrow`` on
-    the same column.
-
-    >>> covers(Filter(keys=["AA", "UA"]), Filter(keys=["AA"], where=[("delay", ">", 0)]))
-    True
-    >>> covers(Filter(keys=["AA"]), Filter())
-    False
-    """
-    if wide.everything or (wide == narrow and wide.columns is None):
-        return True
-    if isinstance(key, str) and (wide.keys is None) != (narrow.keys is None):
-        need = _read_columns(narrow, key)
-        wide, narrow = _keys_as_where(wide, key), _keys_as_where(narrow, key)
-        if need is not None:
-            narrow = Filter(None, need, narrow.where)
-    if wide.keys is not None:
-        if narrow.keys is None:
-            return False
-        have = {_packb(k) for k in wide.keys}
-        if any(_packb(k) not in have for k in narrow.keys):
-            return False
-    if wide.columns is not None:
-        need = _read_columns(narrow, key)
-        if need is None or not set(need) <= set(wide.columns):
-            return False
-    for conj in wide.where:
-        if conj in narrow.where:
-            continue
-        col, op, value = conj
-        if op != "in":
-            return False
-        have = _value_set(op, value)
-        if not any(c == col and o in ("==", "in") and set(_value_set(o, v)) <= set(have)
-                   for c, o, v in narrow.where):
-            return False
-    return True
-
-
-def boundary(order, uppers: Iterable) -> tuple:
-    """The minimal times not ``<=`` any time of ``uppers`` (an iterable of times): the frontier
-    at or beyond which no epoch has data sent before a change. Total order: ``max + 1`` (the
-    order's minimum for no uppers); product orders: the minimal elements of the
-    complement of the down-set, from candidates whose coordinates are 0 or some ``u_i + 1``.
-    ``NotImplementedError`` for other orders.
-
-    >>> from epochstream.order import TOTAL, product
-    >>> boundary(TOTAL, [3, 5])
-    (6,)
-    >>> sorted(boundary(product(2), [(1, 3), (2, 1)]))
-    [(0, 4), (2, 2), (3, 0)]
-    """
-    uppers = list(uppers)
-    name = getattr(order, "name", "")
-    if name == "total":
-        return ((max(uppers) + 1),) if uppers else (order.minimum,)
-    dim = getattr(order, "width", None) if name.startswith("product(") else None
-    if dim is None:
-        raise NotImplementedError(f"filter changes need a total or product order, not {name!r}")
-    if not uppers:
-        return (order.minimum,)
-    axes = [sorted({0, *(u[i] + 1 for u in uppers)}) for i in range(dim)]
-    le = order.le
-    cand = [c for c in itertools.product(*axes) if not any(le(c, u) for u in uppers)]
-    return tuple(c for c in cand if not any(o != c and le(o, c) for o in cand))
