@@ -22,13 +22,12 @@ import zmq
 
 from .. import wire
 from ..catalog import Catalog
-from ..catalog.runs import claim_run
-from ..epochlog import LogWriter, partition_dir
-from ..errors import (CatalogError, CatalogUnavailable, EpochstreamError, Fenced,
+from ..epochlog import LogWriter
+from ..errors import (CatalogError, CatalogUnavailable, Fenced,
                       HistoryWriteError, ProtocolError)
 from ..events import LowerFrontierUpdate
 from ..frontier import Antichain
-from ..order import TIME_MIN, TOTAL, by_name, check_time, dual
+from ..order import TOTAL, by_name, dual
 from ..partitioning import HASH, PARTITIONINGS, check_records
 from ..protocol import PublisherProtocol
 from ..retention import Retention
@@ -38,54 +37,13 @@ from .handoff import Handoff
 from .lease_keeper import RENEW_S, LeaseKeeper
 from .loop import ABORT, DATA, FRONTIER, STOP, SYNC, UPPER, PublisherLoop
 from .sockets import bind_router
+from .publisher_start import history_dir, inherited_upper, open_log, start_frontiers
 from .upper import UpperRecorder
 
 __all__ = ["Publisher", "inherited_upper", "history_dir", "advertised_endpoint"]
 
 log = logging.getLogger("epochstream.transport")
 
-
-
-def inherited_upper(catalog: Catalog | None, topic: str, partition: int, order, start) -> tuple:
-    """The upper frontier a publisher starting at ``start`` must announce (see ``Publisher``'s
-    ``start``): what the catalog recorded for the partition, or, with no record, ``start - 1``
-    for a total order. Empty for a fresh stream (``start`` is ``None`` or the minimum: every time is
-    re-sent). Raises :class:`ProtocolError` when nothing safe can be derived."""
-    if start is None:
-        return ()
-    start = check_time(order, start)
-    if start == order.minimum:
-        return ()
-    recorded = None
-    if catalog is not None:
-        try:
-            info = catalog.lookup(topic)
-        except EpochstreamError:
-            info = None
-        if info is not None and info.order_name == getattr(order, "name", None):
-            p = next((x for x in info.partition_info if x.index == partition), None)
-            recorded = None if p is None else tuple(p.upper)
-    if recorded is not None:
-        # every incarnation recorded its upper frontier before sending data at a new maximal
-        # time: it bounds what was sent exactly. Padding it (e.g. with start - 1) would filter
-        # the *other* partitions' data at epochs this one completed without data, and a new
-        # subscriber would miss those epochs silently (found by the adversarial state machine)
-        return recorded
-    if getattr(order, "name", None) == "total":
-        return (start - 1,) if start > TIME_MIN else ()
-    if recorded is None:
-        raise ProtocolError(
-            f"publisher {topic}/{partition}: start={start!r} skips times an earlier incarnation "
-            f"may have begun, and no catalog records its upper frontier; a restart past the "
-            f"minimum needs the catalog the earlier incarnation registered in")
-    return recorded
-
-
-def history_dir(catalog: Catalog, retention: Retention, topic: str, partition: int):
-    """Where the epoch log of ``partition`` of ``topic`` lives: under ``retention.dir``, or
-    ``history/`` next to the catalog file."""
-    base = retention.dir if retention.dir is not None else catalog.path.parent / "history"
-    return partition_dir(base, topic, partition)
 
 
 def advertised_endpoint(bound: str, advertise: str | None = None) -> str:
@@ -256,23 +214,9 @@ class Publisher:
                  advertise: str | None = None, key=None, max_filter_classes: int = 32,
                  upper: list | None = None, security: Security | None = None,
                  partitioning: str | None = None, publisher_gate=None):
-        if isinstance(order, str):
-            order = by_name(order)
-        if not isinstance(partition, int) or not 0 <= partition < partitions:
-            raise ValueError(f"partition {partition!r} out of range 0..{partitions - 1}")
-        self.topic, self.partition, self.partitions, self.order = topic, partition, partitions, order
-        self.codec = wire.codec(codec)
+        self._check_options(topic, partition, partitions, order, codec, key, partitioning)
         self.heartbeat_interval = float(heartbeat_interval)
         self.coalesce_bytes = int(coalesce_bytes) if self.codec.name == "msgpack" else 0
-        if key is not None and not (isinstance(key, str) or callable(key)):
-            raise TypeError(f"key must be a column name or a function, got {type(key).__name__}")
-        self.key = key
-        if partitioning not in PARTITIONINGS:
-            raise ValueError(f"partitioning must be None or {HASH!r}, got {partitioning!r}")
-        if partitioning is not None and not isinstance(key, str):
-            raise ValueError(f"partitioning={partitioning!r} needs the topic's key column "
-                             f"(key='column'), got key={key!r}")
-        self.partition_key = key if partitioning is not None else None
         self.max_filter_classes = int(max_filter_classes)
         self.gate = publisher_gate  # a Relay: downstream filters travel upstream (internal)
         self.incarnation = uuid.uuid4().hex
@@ -282,58 +226,22 @@ class Publisher:
         # the upper frontier goes to the catalog before data beyond it leaves (transport/upper.py)
         self._upper = None if catalog is None else UpperRecorder(catalog, topic, partition,
                                                                  self.incarnation)
-        if security is not None and not isinstance(security, Security):
-            raise TypeError(f"security must be a Security or None, got {type(security).__name__}")
-        self.security = security if security is not None and security.enabled else None
-        if self.security is not None and not self.security.is_server:
-            raise ValueError("a publisher's security needs its key pair: "
-                             "Security.curve(server_secret=..., allow=...)")
+        self.security = _server_security(security)
         #: this publisher's CURVE public key (Z85), registered in the catalog; None: plain TCP
         self.server_key: str | None = (None if self.security is None
                                        else self.security.server_public)
         self._authz = None if self.security is None else Authorizer(topic, self.security, catalog)
-        self._log: LogWriter | None = None
         self._fenced = False
         self._keeper: LeaseKeeper | None = None
         self.retention = retention
-        self._resumed_at: tuple | None = None  # the lower frontier taken from the epoch log
-        if retention is not None and upper is not None:
-            raise ValueError("upper= is not for a publisher with retention (its log recovers it)")
-        if retention is not None:
-            lower, upper = self._open_log(retention, start, schema)
-            if start is None and tuple(lower) != (order.minimum,):
-                self._resumed_at = tuple(lower)
-            self._protocol = PublisherProtocol(order, lower=lower, upper=upper, strict=strict)
-        elif upper is not None:  # given: a relay announces what its upstream had begun
-            lower = [check_time(order, t) for t in start] if isinstance(start, list) else \
-                [order.minimum if start is None else check_time(order, start)]
-            upper = [check_time(order, t) for t in upper]
-            self._protocol = PublisherProtocol(order, lower=lower, upper=upper, strict=strict)
-        else:
-            if isinstance(start, list):
-                raise ValueError("start= as a list of times (an antichain) needs upper=")
-            upper = inherited_upper(catalog, topic, partition, order, start)
-            self._protocol = PublisherProtocol(order, start=start, upper=upper, strict=strict)
+        self._protocol = self._start_protocol(retention, start, upper, strict, schema)
         self._last_time, self._last_header = object(), b""  # header of the last data time
         self._lock = threading.Lock()
         self._closed = False
         self._aborted: str | None = None  # the reason, once abort() ran
         self._closer: threading.Thread | None = None
-        self._ctx = context or zmq.Context.instance()
-        self._router = bind_router(self._ctx, endpoint, sndhwm=sndhwm,
-                                   heartbeat_interval=self.heartbeat_interval,
-                                   security=self.security)
-        self.endpoint: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.advertised: str = advertised_endpoint(self.endpoint, advertise)
-        self._handoff = Handoff(self._ctx, queue_hwm, lambda: self._thread.is_alive())
-        self._fanout = Fanout(f"{topic!r} partition {partition}", partition,
-                              max_messages=max_queue_messages, max_bytes=max_queue_bytes,
-                              credit_timeout=credit_timeout)
-        self.stats = self._fanout.stats
-        self._loop = PublisherLoop(self, self._router, self._handoff, self._fanout,
-                                   self._protocol.lower, self._protocol.upper, lambda: self._closed)
-        self._thread = threading.Thread(target=self._loop.run, daemon=True,
-                                        name=f"epochstream-pub-{topic}-{partition}")
+        self._start_loop(context, endpoint, advertise, sndhwm, queue_hwm, max_queue_messages,
+                         max_queue_bytes, credit_timeout)
         self._register(schema, ingest)
         self._thread.start()
         lease = getattr(self._catalog, "lease", None)
@@ -343,88 +251,70 @@ class Publisher:
         if self._authz is not None:  # re-reads the grants while the loop runs
             self._authz.start(self._thread.is_alive)
 
-    def _open_log(self, retention: Retention, start, schema: str | None) -> tuple[list, list]:
-        """Open (or recover) this partition's epoch log; return the ``(lower, upper)`` frontiers
-        to start with."""
-        if not isinstance(retention, Retention):
-            raise TypeError(f"retention must be a Retention, got {type(retention).__name__}")
-        catalog, order = self._catalog, self.order
-        if catalog is None:
-            raise ValueError("retention needs a catalog: the epoch log's index lives there")
-        catalog.create_topic(self.topic, order=order, codec=self.codec.name,
-                             partitions=self.partitions, schema=schema,
-                             **self._partitioned())
-        fresh = [order.minimum if start is None else check_time(order, start)]
-        prior = catalog.history_state(self.topic, self.partition)
-        resumed = prior is not None and bool(prior.lower)
-        if prior is not None and not prior.lower:
-            # a finished log continues only where the catalog would take the registration:
-            # refused before the log is touched for a partition closed while its run goes on
-            info = catalog.lookup(self.topic)
-            claim_run(self.topic, self.partition,
-                      next((p for p in info.partition_info if p.index == self.partition), None),
-                      list(info.partition_info))
-            fresh, upper_list = self._continue_log(prior, start)
-            self._log = LogWriter(catalog, self.topic, self.partition, order, retention,
-                                  history_dir(catalog, retention, self.topic, self.partition))
-            self._log.incarnation = self.incarnation
-            self._log.open(fresh, upper_list)
-            return fresh, upper_list
-        if resumed:  # the recorded upper frontier bounds everything the predecessor sent
-            upper = Antichain(dual(order), prior.upper)
-            info = catalog.lookup(self.topic)
-            p = next((x for x in info.partition_info if x.index == self.partition), None)
-            if p is not None:
-                upper.extend(p.upper)
-            upper_list = list(upper.elements)
-        else:
-            upper_list = list(inherited_upper(catalog, self.topic, self.partition, order, start))
-        self._log = LogWriter(catalog, self.topic, self.partition, order, retention,
-                              history_dir(catalog, retention, self.topic, self.partition))
-        self._log.incarnation = self.incarnation
-        state = self._log.open(fresh, upper_list)
-        if not resumed:
-            return fresh, upper_list
-        logged = Antichain(order, state.lower)
-        if start is None:
-            log.info("publisher %s/%s resumes from its epoch log at %s", self.topic,
-                     self.partition, list(state.lower))
-            return list(state.lower), upper_list
-        if not logged.less_equal(fresh[0]):
-            self._log.close()
-            raise ProtocolError(
-                f"publisher {self.topic}/{self.partition}: start={start!r} is before the logged "
-                f"lower frontier {list(state.lower)!r}: those epochs are complete in the epoch "
-                f"log already; resume at or beyond it (or leave start=None to resume there)")
-        return fresh, upper_list
+    def _check_options(self, topic, partition, partitions, order, codec, key,
+                       partitioning) -> None:
+        """Set the topic's definition, after checking it (``ValueError``/``TypeError``)."""
+        if isinstance(order, str):
+            order = by_name(order)
+        if not isinstance(partition, int) or not 0 <= partition < partitions:
+            raise ValueError(f"partition {partition!r} out of range 0..{partitions - 1}")
+        self.topic, self.partition, self.partitions, self.order = topic, partition, partitions, order
+        self.codec = wire.codec(codec)
+        if key is not None and not (isinstance(key, str) or callable(key)):
+            raise TypeError(f"key must be a column name or a function, got {type(key).__name__}")
+        self.key = key
+        if partitioning not in PARTITIONINGS:
+            raise ValueError(f"partitioning must be None or {HASH!r}, got {partitioning!r}")
+        if partitioning is not None and not isinstance(key, str):
+            raise ValueError(f"partitioning={partitioning!r} needs the topic's key column "
+                             f"(key='column'), got key={key!r}")
+        self.partition_key = key if partitioning is not None else None
 
-    def _continue_log(self, prior, start) -> tuple[list, list]:
-        """A new stream on a partition whose logged stream finished (closed): it continues the
-        log with later epochs. Returns ``(lower, upper)``."""
+    def _start_protocol(self, retention, start, upper, strict: bool,
+                        schema: str | None) -> PublisherProtocol:
+        """The protocol state to start with: from the epoch log (``retention``), a given upper
+        frontier (a relay) or the catalog's record (:mod:`epochstream.start` decides)."""
         order = self.order
-        upper = Antichain(dual(order), prior.upper)
-        info = self._catalog.lookup(self.topic)
-        p = next((x for x in info.partition_info if x.index == self.partition), None)
-        if p is not None:
-            upper.extend(p.upper)
-        if not upper:
-            return [order.minimum if start is None else check_time(order, start)], []
-        if start is None:
-            if getattr(order, "name", None) != "total":
-                raise ProtocolError(
-                    f"publisher {self.topic}/{self.partition}: its epoch log holds a finished "
-                    f"stream up to {list(upper.elements)!r}; pass start= (a time not at or "
-                    f"below any of them) to continue it, or drop the topic to start afresh")
-            start = max(upper.elements) + 1
-            log.info("publisher %s/%s continues its finished epoch log at epoch %s", self.topic,
-                     self.partition, start)
-        start = check_time(order, start)
-        if upper.less_equal(start):  # over the dual order: some logged upper element >= start
-            raise ProtocolError(
-                f"publisher {self.topic}/{self.partition}: start={start!r} is not after the "
-                f"finished stream in its epoch log (upper frontier {list(upper.elements)!r}); "
-                f"those epochs are complete already (drop the topic to start afresh)")
-        return [start], list(upper.elements)
+        self._log: LogWriter | None = None
+        self._resumed_at: tuple | None = None  # the lower frontier taken from the epoch log
+        if retention is None:
+            lower, upper = start_frontiers(self._catalog, self.topic, self.partition, order,
+                                           start, upper)
+            if lower is None:
+                return PublisherProtocol(order, start=start, upper=upper, strict=strict)
+            return PublisherProtocol(order, lower=lower, upper=upper, strict=strict)
+        if upper is not None:
+            raise ValueError("upper= is not for a publisher with retention (its log recovers it)")
+
+        def create() -> None:
+            self._catalog.create_topic(self.topic, order=order, codec=self.codec.name,
+                                       partitions=self.partitions, schema=schema,
+                                       **self._partitioned())
+        self._log, lower, upper = open_log(self._catalog, retention, self.topic, self.partition,
+                                           order, start, self.incarnation, create)
+        if start is None and tuple(lower) != (order.minimum,):
+            self._resumed_at = tuple(lower)
+        return PublisherProtocol(order, lower=lower, upper=upper, strict=strict)
+
+    def _start_loop(self, context, endpoint: str, advertise, sndhwm: int, queue_hwm: int,
+                    max_queue_messages: int, max_queue_bytes: int,
+                    credit_timeout: float) -> None:
+        """Bind the ROUTER and build the loop (its thread is started after registering)."""
+        self._ctx = context or zmq.Context.instance()
+        self._router = bind_router(self._ctx, endpoint, sndhwm=sndhwm,
+                                   heartbeat_interval=self.heartbeat_interval,
+                                   security=self.security)
+        self.endpoint: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.advertised: str = advertised_endpoint(self.endpoint, advertise)
+        self._handoff = Handoff(self._ctx, queue_hwm, lambda: self._thread.is_alive())
+        self._fanout = Fanout(f"{self.topic!r} partition {self.partition}", self.partition,
+                              max_messages=max_queue_messages, max_bytes=max_queue_bytes,
+                              credit_timeout=credit_timeout)
+        self.stats = self._fanout.stats
+        self._loop = PublisherLoop(self, self._router, self._handoff, self._fanout,
+                                   self._protocol.lower, self._protocol.upper, lambda: self._closed)
+        self._thread = threading.Thread(target=self._loop.run, daemon=True,
+                                        name=f"epochstream-pub-{self.topic}-{self.partition}")
 
     def _partitioned(self) -> dict:
         """The topic definition's ``partition_key`` (left out when not key-partitioned)."""
@@ -757,3 +647,14 @@ class Publisher:
     def __repr__(self) -> str:
         return (f"Publisher({self.topic!r}, partition={self.partition}, endpoint={self.endpoint!r}, "
                 f"lower={list(self.lower)!r}, upper={list(self.upper)!r})")
+
+
+def _server_security(security) -> Security | None:
+    """A publisher's ``security`` (``None`` when off), checked: ``TypeError``/``ValueError``."""
+    if security is not None and not isinstance(security, Security):
+        raise TypeError(f"security must be a Security or None, got {type(security).__name__}")
+    security = security if security is not None and security.enabled else None
+    if security is not None and not security.is_server:
+        raise ValueError("a publisher's security needs its key pair: "
+                         "Security.curve(server_secret=..., allow=...)")
+    return security

@@ -1,0 +1,112 @@
+"""A publisher's start, read from what its predecessors left: the upper frontier the catalog
+recorded for the partition, and its epoch log (opened, recovered, continued). The decisions are
+the pure functions of :mod:`epochstream.start`; this module does the reading for them."""
+
+from __future__ import annotations
+
+import logging
+
+from ..catalog import Catalog
+from ..catalog.runs import claim_run
+from ..epochlog import LogWriter, partition_dir
+from ..errors import EpochstreamError
+from ..frontier import Antichain
+from ..order import check_time, dual
+from ..retention import Retention
+from ..start import continued_frontiers, given_frontiers, inherited_upper as _inherited
+from ..start import resumed_lower
+
+__all__ = ["start_frontiers", "open_log", "inherited_upper", "recorded_upper", "history_dir"]
+
+log = logging.getLogger("epochstream.transport")
+
+
+def recorded_upper(catalog: Catalog | None, topic: str, partition: int, order) -> tuple | None:
+    """The upper frontier the catalog recorded for ``partition`` of ``topic`` (``None``: no
+    catalog, no such topic or partition, or a topic of another order)."""
+    if catalog is None:
+        return None
+    try:
+        info = catalog.lookup(topic)
+    except EpochstreamError:
+        return None
+    if info.order_name != getattr(order, "name", None):
+        return None
+    p = next((x for x in info.partition_info if x.index == partition), None)
+    return None if p is None else tuple(p.upper)
+
+
+def inherited_upper(catalog: Catalog | None, topic: str, partition: int, order, start) -> tuple:
+    """The upper frontier a publisher without an epoch log starting at ``start`` announces
+    (:func:`epochstream.start.inherited_upper` on the catalog's record)."""
+    if start is None:
+        return ()
+    return _inherited(order, start, recorded_upper(catalog, topic, partition, order),
+                      who=f"{topic}/{partition}")
+
+
+def history_dir(catalog: Catalog, retention: Retention, topic: str, partition: int):
+    """Where the epoch log of ``partition`` of ``topic`` lives: under ``retention.dir``, or
+    ``history/`` next to the catalog file."""
+    base = retention.dir if retention.dir is not None else catalog.path.parent / "history"
+    return partition_dir(base, topic, partition)
+
+
+def start_frontiers(catalog: Catalog | None, topic: str, partition: int, order, start,
+                    upper: list | None) -> tuple[list | None, list | tuple]:
+    """``(lower, upper)`` of a publisher without an epoch log: ``upper`` given (a relay), or
+    inherited from the catalog; ``lower`` is ``None`` when the protocol takes ``start``
+    itself."""
+    if upper is not None:
+        return given_frontiers(order, start, upper)
+    if isinstance(start, list):
+        raise ValueError("start= as a list of times (an antichain) needs upper=")
+    return None, inherited_upper(catalog, topic, partition, order, start)
+
+
+def open_log(catalog: Catalog | None, retention: Retention, topic: str, partition: int, order,
+             start, incarnation: str, create) -> tuple[LogWriter, list, list]:
+    """Open (or recover, or continue) ``partition``'s epoch log; ``create()`` creates the topic
+    in the catalog first. Returns ``(writer, lower, upper)``: the frontiers to start with.
+    ``TypeError``/``ValueError`` for a bad ``retention`` or no catalog;
+    :class:`~epochstream.errors.ProtocolError` for a ``start`` the log refuses."""
+    if not isinstance(retention, Retention):
+        raise TypeError(f"retention must be a Retention, got {type(retention).__name__}")
+    if catalog is None:
+        raise ValueError("retention needs a catalog: the epoch log's index lives there")
+    create()
+    who = f"{topic}/{partition}"
+    prior = catalog.history_state(topic, partition)
+    info = catalog.lookup(topic) if prior is not None else None
+    mine = None if info is None else \
+        next((p for p in info.partition_info if p.index == partition), None)
+    writer = LogWriter(catalog, topic, partition, order, retention,
+                       history_dir(catalog, retention, topic, partition))
+    writer.incarnation = incarnation
+    if prior is not None and not prior.lower:
+        # a finished log continues only where the catalog would take the registration:
+        # refused before the log is touched for a partition closed while its run goes on
+        claim_run(topic, partition, mine, list(info.partition_info))
+        uppers = [*prior.upper, *(mine.upper if mine is not None else ())]
+        lower, upper = continued_frontiers(order, start, uppers, who=who)
+        if start is None and uppers:
+            log.info("publisher %s continues its finished epoch log at epoch %s", who, lower[0])
+        writer.open(lower, upper)
+        return writer, lower, upper
+    if prior is not None:  # unfinished: the recorded upper frontier bounds what was sent
+        uppers = [*prior.upper, *(mine.upper if mine is not None else ())]
+        upper = list(Antichain(dual(order), uppers).elements)
+    else:
+        upper = list(inherited_upper(catalog, topic, partition, order, start))
+    fresh = [order.minimum if start is None else check_time(order, start)]
+    state = writer.open(fresh, upper)
+    if prior is None:
+        return writer, fresh, upper
+    try:
+        lower = resumed_lower(order, start, list(state.lower), who=who)
+    except BaseException:
+        writer.close()
+        raise
+    if start is None:
+        log.info("publisher %s resumes from its epoch log at %s", who, list(state.lower))
+    return writer, lower, upper
