@@ -23,8 +23,8 @@ from ..security import Grant
 from .api import (DEFAULT_DIR, DEFAULT_FILE, ENV_VAR, POLL_INTERVAL_S, URL_SCHEME, Catalog,
                   CatalogURL, default_catalog_path, is_catalog_url, location_kind)
 from .client import RemoteCatalog
-from .groups import GroupInfo
-from .history import DurableInfo, EpochRecord, HistoryState
+from .group_records import GroupInfo
+from .history_records import DurableInfo, EpochRecord, HistoryState
 from .liveness import pid_alive
 from .records import PartitionInfo, TopicInfo
 from .schema import SCHEMA_VERSION, STATES

@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 
 from ..errors import CatalogError
 from ..security import Grant
-from .groups import ClaimView, GroupEpoch, GroupInfo
-from .history import DurableInfo, EpochRecord, HistoryState
+from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
+from .history_records import DurableInfo, EpochRecord, HistoryState
 from .records import TopicInfo
 
 __all__ = ["Catalog", "ENV_VAR", "DEFAULT_DIR", "DEFAULT_FILE", "POLL_INTERVAL_S", "URL_SCHEME",

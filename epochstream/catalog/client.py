@@ -63,8 +63,8 @@ from ..security import Grant
 from . import rpc
 from .api import (ENV_VAR, POLL_INTERVAL_S, Catalog, CatalogURL, implementation, is_catalog_url,
                   local_home)
-from .groups import Claimed, ClaimView, GroupEpoch, GroupInfo
-from .history import DurableInfo, EpochRecord, HistoryState
+from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
+from .history_records import DurableInfo, EpochRecord, HistoryState
 from .liveness import HOST, process_start
 from .records import TopicInfo
 from .renewals import Renewals
