@@ -46,10 +46,10 @@ class GroupInfo:
 
 @dataclass(frozen=True)
 class Claimed:
-    """One lease taken by :meth:`~epochstream.catalog.api.Catalog.group_claim`: ``unit`` ``(time, bucket)``,
-    fencing ``token``,
-    ``deliveries`` (this one included), ``deadline`` (seconds since the epoch on the catalog's
-    clock) and the delivery ``history`` (``[[worker, catalog clock], ...]``)."""
+    """One lease taken by :meth:`~epochstream.catalog.api.Catalog.group_claim`: ``unit``
+    ``(time, bucket)``, fencing ``token``, ``deliveries`` (this one included), ``deadline``
+    (seconds since the epoch on the catalog's clock) and the delivery ``history``
+    (``[[worker, catalog clock], ...]``)."""
 
     unit: tuple
     token: int
@@ -60,11 +60,12 @@ class Claimed:
 
 @dataclass(frozen=True)
 class ClaimView:
-    """What :meth:`~epochstream.catalog.api.Catalog.group_claim_read` saw of a group, for a claim decided elsewhere
-    (the network catalog's client): ``states`` (``((unit, EpochState), ...)``), ``now``
-    (the catalog's clock at the read, seconds since the epoch), ``stored`` (the stored position, a tuple of times or
-    ``None``) and ``fingerprint`` (of states and position: :meth:`~epochstream.catalog.api.Catalog.group_claim_apply`
-    applies a decision only if they are unchanged)."""
+    """What :meth:`~epochstream.catalog.api.Catalog.group_claim_read` saw of a group, for a
+    claim decided elsewhere (the network catalog's client): ``states`` (``((unit, EpochState),
+    ...)``), ``now`` (the catalog's clock at the read, seconds since the epoch), ``stored`` (the
+    stored position, a tuple of times or ``None``) and ``fingerprint`` (of states and position:
+    :meth:`~epochstream.catalog.api.Catalog.group_claim_apply` applies a decision only if they
+    are unchanged)."""
 
     states: tuple
     now: float

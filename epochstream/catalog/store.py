@@ -52,7 +52,7 @@ from .store_postgres import (CHANNEL, POOL_MAX, POSTGRES_POLL_S, POSTGRES_SCHEME
 __all__ = ["SQLiteStore", "PostgresStore", "postgres_sql", "postgres_ddl", "redact", "retried",
            "retrying", "as_retry", "BUSY_TIMEOUT_S", "POSTGRES_SCHEMES", "RETRY_DEADLINE_S",
            "Transient", "CHANNEL", "POOL_MAX", "POSTGRES_POLL_S", "SQLITE_POLL_S",
-           "WRITE_LOCK_KEY"]
+           "WRITE_LOCK_KEY", "Store"]
 
 SQLITE_POLL_S = 0.05
 """Seconds between two looks of a waiter on SQLite (no notifications)."""
@@ -236,3 +236,7 @@ class SQLiteStore:
         :data:`SQLITE_POLL_S` seconds a new look."""
         yield Poll(SQLITE_POLL_S)
 
+
+Store = SQLiteStore | PostgresStore
+"""A store: what the catalog's tables (:mod:`~epochstream.catalog.topics`,
+:mod:`~epochstream.catalog.history`, :mod:`~epochstream.catalog.groups`) run their statements on."""
