@@ -323,8 +323,8 @@ def ensure_postgres_schema(conn, where: str) -> int:
     processes doing this at once only the first one changes anything; ``conn`` is an
     autocommit psycopg connection, ``where`` names the catalog in messages. Returns the version
     found before (0: a new catalog). The same DDL as SQLite's, with the column types of
-    :func:`~epochstream.catalog.store.postgres_ddl`. Raises :class:`CatalogError` for a newer
-    catalog (:func:`check_version`)."""
+    :func:`~epochstream.catalog.store_postgres.postgres_ddl`. Raises :class:`CatalogError` for a
+    newer catalog (:func:`check_version`)."""
     from .store_postgres import WRITE_LOCK_KEY, postgres_ddl
 
     found = postgres_version(conn)

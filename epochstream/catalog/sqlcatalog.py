@@ -26,7 +26,8 @@ transaction, so two publishers racing for one partition cannot both win.
 
 PostgreSQL (``Catalog("postgresql://...")``): the same tables (schema version in the table
 ``epochstream_schema``), created by the first process that opens the database; every
-read-modify-write holds the catalog's advisory write lock (:mod:`epochstream.catalog.store`).
+read-modify-write holds the catalog's advisory write lock
+(:mod:`epochstream.catalog.store_postgres`).
 
 Liveness
 --------
@@ -113,7 +114,7 @@ class SqlCatalog(Catalog):
     (processes on other machines: a pid means nothing there), ``None`` on SQLite (the holder's
     pid, on the one machine that opens the file).
 
-    ``timeout`` (PostgreSQL; seconds, default :data:`~epochstream.catalog.store.RETRY_DEADLINE_S`):
+    ``timeout`` (PostgreSQL; seconds, default :data:`~epochstream.catalog.retry.RETRY_DEADLINE_S`):
     how long an operation keeps retrying a transient failure (the server restarting or failing
     over, a connection lost, a serialization failure) before it raises
     :class:`~epochstream.errors.CatalogUnavailable`. Every operation is safe to retry: one whose
