@@ -298,9 +298,9 @@ class PostgresStore:
     def insert_new(self, conn: Any, table: str, columns: tuple[tuple[str, str], ...],
                    key: str, rows: list[tuple]) -> int:
         """As :meth:`epochstream.catalog.store.SQLiteStore.insert_new`, in one statement: one
-        array per column, ``unnest``-ed by the server (``executemany`` costs a round trip and the driver's
-        per-statement work per row; a multi-row ``VALUES`` is parsed anew by the driver for
-        each row count)."""
+        array per column, ``unnest``-ed by the server (``executemany`` costs a round trip and
+        the driver's per-statement work per row; a multi-row ``VALUES`` is parsed anew by the
+        driver for each row count)."""
         names = ", ".join(c for c, _ in columns)
         arrays = ", ".join(f"?::{_PG_ARRAY[t]}[]" for _, t in columns)
         return conn.execute(f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) "
