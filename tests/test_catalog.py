@@ -782,7 +782,7 @@ def test_aborted_state_round_trips(cat):
     assert not p.alive
     assert [t.partition_info[0].state for t in cat.topics()] == ["aborted"]
     # stored as 'aborted', not 'closed'
-    with cat._connect() as conn:
+    with cat._store.read() as conn:
         assert tuple(conn.execute("SELECT state FROM partitions WHERE idx = 0").fetchone()) == (
             "aborted",)
     # a wrong incarnation does not abort

@@ -5,16 +5,22 @@ the index of durable history, durable subscriptions, consumer groups and grants.
 file (the default, embedded), a PostgreSQL database (``postgresql://...``) or the network
 catalog service (``tcp://host:port``). The package, top down:
 
-- :mod:`~epochstream.catalog.api` — the one interface, :class:`Catalog`, and locations;
-- :mod:`~epochstream.catalog.sqlcatalog` — :class:`SqlCatalog`, the catalog on SQL, with
+- :mod:`~epochstream.catalog.api` — the one interface, :class:`Catalog`;
+  :mod:`~epochstream.catalog.locations` — where a catalog is (a path or a URL);
+- :mod:`~epochstream.catalog.sqlcatalog` — :class:`SqlCatalog`, the catalog on SQL, holding
+  the tables of :mod:`~epochstream.catalog.topics` (topics, partitions, grants),
   :mod:`~epochstream.catalog.history` (the epoch log index, durable subscriptions) and
-  :mod:`~epochstream.catalog.groups` (consumer groups);
-- :mod:`~epochstream.catalog.store` — SQLite or PostgreSQL: connections, transactions, the
-  write lock; :mod:`~epochstream.catalog.schema` — the tables and their migrations;
-- :mod:`~epochstream.catalog.client`, :mod:`~epochstream.catalog.server`,
-  :mod:`~epochstream.catalog.rpc` — the network catalog (``epochstream catalog serve``);
-- :mod:`~epochstream.catalog.records`, :mod:`~epochstream.catalog.liveness` — what a reader
-  gets, and whether a holder is still alive.
+  :mod:`~epochstream.catalog.groups` (consumer groups), each on its store;
+- :mod:`~epochstream.catalog.store` (SQLite), :mod:`~epochstream.catalog.store_postgres`
+  (PostgreSQL), :mod:`~epochstream.catalog.store_common` — connections, transactions, the
+  write lock; :mod:`~epochstream.catalog.retry` — transient failures, retried;
+  :mod:`~epochstream.catalog.schema` — the tables and their migrations;
+- :mod:`~epochstream.catalog.client` (over :mod:`~epochstream.catalog.channel`),
+  :mod:`~epochstream.catalog.server`, :mod:`~epochstream.catalog.rpc` — the network catalog
+  (``epochstream catalog serve``);
+- :mod:`~epochstream.catalog.records`, :mod:`~epochstream.catalog.history_records`,
+  :mod:`~epochstream.catalog.group_records`, :mod:`~epochstream.catalog.liveness` — what a
+  reader gets, and whether a holder is still alive.
 
 See docs/catalog.md.
 """
@@ -23,8 +29,8 @@ from ..security import Grant
 from .api import (DEFAULT_DIR, DEFAULT_FILE, ENV_VAR, POLL_INTERVAL_S, URL_SCHEME, Catalog,
                   CatalogURL, default_catalog_path, is_catalog_url, location_kind)
 from .client import RemoteCatalog
-from .groups import GroupInfo
-from .history import DurableInfo, EpochRecord, HistoryState
+from .group_records import GroupInfo
+from .history_records import DurableInfo, EpochRecord, HistoryState
 from .liveness import pid_alive
 from .records import PartitionInfo, TopicInfo
 from .schema import SCHEMA_VERSION, STATES

@@ -1,7 +1,8 @@
 """The network catalog's client: :class:`RemoteCatalog`, what ``Catalog("tcp://host:port")``
 returns — the same methods as the embedded :class:`~epochstream.catalog.Catalog`, each one
 request to ``epochstream catalog serve`` (:mod:`epochstream.catalog.server`), which runs it on
-the SQLite file it owns. Messages: :mod:`epochstream.catalog.rpc`.
+the catalog it owns. Messages: :mod:`epochstream.catalog.rpc`; sending them (a socket pool,
+resends, timeouts): :class:`~epochstream.catalog.channel.Channel`, which the client holds.
 
 URL: ``tcp://HOST:PORT``, optionally with ``?timeout=SECONDS&lease=SECONDS`` and, for a service
 started with ``--key``, ``client_key=KEY&server_key=KEY`` (so that a URL in
@@ -42,105 +43,38 @@ file's path or a name in ``$EPOCHSTREAM_KEYS``, never the key itself: the client
 
 from __future__ import annotations
 
-import functools
-import itertools
-import logging
 import os
 import random
-import re
 import threading
 import time
 import uuid
-import weakref
-from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import urlencode
 
-import zmq
-
-from ..errors import CatalogError, CatalogUnavailable, TopicNotFound
+from ..errors import CatalogError, TopicNotFound
 from ..security import Grant
-from . import rpc
-from .api import (ENV_VAR, POLL_INTERVAL_S, Catalog, CatalogURL, implementation, is_catalog_url,
-                  local_home)
-from .groups import Claimed, ClaimView, GroupEpoch, GroupInfo
-from .history import DurableInfo, EpochRecord, HistoryState
+from .api import POLL_INTERVAL_S, Catalog, implementation
+from .channel import IDLE_S, RESEND_S, Channel, check_seconds, parse_url, url_security
+from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
+from .history_records import DurableInfo, EpochRecord, HistoryState
 from .liveness import HOST, process_start
-from .records import TopicInfo
+from .locations import ENV_VAR, CatalogURL, is_catalog_url, local_home
+from .records import STATES, TopicInfo
 from .renewals import Renewals
-from .schema import STATES
-from .sqlcatalog import topic_definition
+from .topics import topic_definition
 
+# (parse_url, RESEND_S and IDLE_S are epochstream.catalog.channel's, importable from here too)
 __all__ = ["RemoteCatalog", "CatalogURL", "parse_url", "local_home", "DEFAULT_TIMEOUT",
-           "DEFAULT_LEASE", "CLAIM_ATTEMPTS", "RESEND_S"]
-
-log = logging.getLogger("epochstream.catalog")
+           "DEFAULT_LEASE", "CLAIM_ATTEMPTS", "RESEND_S", "IDLE_S"]
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds a request waits for the catalog server's answer."""
 DEFAULT_LEASE = 10.0
 """Seconds a partition (or durable subscription) registered through the network catalog stays
 alive without a renewal; renewed every third of it."""
-RESEND_S = 1.0
-"""Seconds a request waits for its answer before it is sent again (within ``timeout``)."""
 CLAIM_ATTEMPTS = 100
 """Reads-and-decides a :meth:`RemoteCatalog.group_claim` tries before giving up (each failure
 means another worker changed the group meanwhile)."""
-_POOL = 8  # idle sockets kept per client
-IDLE_S = 1.0
-"""Seconds an idle pooled socket stays open. A connected ZeroMQ socket reconnects forever when
-its peer goes away; a pooled socket kept after the catalog service stopped would knock, with a
-ZMTP greeting, on whatever process binds that port next (seen: a Spark driver's Python-worker
-callback port, whose handshake then failed). So idle sockets are closed after ``IDLE_S`` by one
-daemon thread per process (:func:`_reap_loop`), and a request after a pause opens a new one."""
-
-_URL = re.compile(r"^tcp://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(?P<port>[0-9]{1,5})"
-                  r"/?(?:\?(?P<query>.*))?$", re.IGNORECASE)
-
-
-def parse_url(url: str) -> tuple[str, int, dict[str, Any]]:
-    """``(host, port, params)`` of ``tcp://HOST:PORT[?timeout=S&lease=S&client_key=K&server_key=K]``:
-    ``params`` holds the ones given (``timeout``/``lease`` as seconds, the keys as text).
-    Raises :class:`CatalogError` for anything else (another scheme, no port, a ``*`` port, an
-    unknown or non-positive parameter, an empty key)."""
-    m = _URL.match(url.strip()) if isinstance(url, str) else None
-    if m is None or not 0 < int(m["port"]) < 65536:
-        raise CatalogError(f"a network catalog is named tcp://HOST:PORT (optionally "
-                           f"?timeout=SECONDS&lease=SECONDS), got {url!r}")
-    params: dict[str, Any] = {}
-    for k, v in parse_qsl(m["query"] or "", keep_blank_values=True, strict_parsing=False):
-        if k in ("client_key", "server_key"):
-            if not v.strip():
-                raise CatalogError(f"catalog URL {url!r}: {k} is empty")
-            params[k] = v.strip()
-            continue
-        if k not in ("timeout", "lease"):
-            raise CatalogError(f"catalog URL {url!r}: unknown parameter {k!r} (timeout, lease, "
-                               f"client_key, server_key)")
-        try:
-            params[k] = _seconds(k, float(v))
-        except ValueError:
-            raise CatalogError(f"catalog URL {url!r}: {k} must be seconds > 0, got {v!r}") from None
-    return m["host"].lower(), int(m["port"]), params
-
-
-def _url_security(url: str, params: dict) -> Any:
-    """The CURVE client of a URL's ``client_key``/``server_key`` (both needed)."""
-    from ..security import Security
-
-    if "client_key" not in params or "server_key" not in params:
-        raise CatalogError(f"catalog URL {url!r}: give client_key and server_key together")
-    try:
-        return Security.curve(client_secret=params["client_key"],
-                              server_public=params["server_key"])
-    except ValueError as e:
-        raise CatalogError(f"catalog URL {url!r}: {e}") from None
-
-
-def _seconds(what: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e6:
-        raise ValueError(f"{what} must be seconds > 0, got {value!r}")
-    return float(value)
 
 
 @implementation("tcp")
@@ -166,9 +100,9 @@ class RemoteCatalog(Catalog):
             raise CatalogError(f"a network catalog is named tcp://HOST:PORT, got {url!r}")
         host, port, params = parse_url(str(url))
         try:
-            self.timeout = _seconds("timeout", params.get("timeout", DEFAULT_TIMEOUT)
+            self.timeout = check_seconds("timeout", params.get("timeout", DEFAULT_TIMEOUT)
                                     if timeout is None else timeout)
-            self.lease = _seconds("lease", params.get("lease", DEFAULT_LEASE)
+            self.lease = check_seconds("lease", params.get("lease", DEFAULT_LEASE)
                                   if lease is None else lease)
         except ValueError as e:
             raise CatalogError(str(e)) from None
@@ -176,7 +110,7 @@ class RemoteCatalog(Catalog):
         # CURVE towards a secured service (docs/security.md): Security.curve(client_secret=...,
         # server_public=<the service's key>), or the URL's client_key/server_key; None: plain
         if security is None and ("client_key" in params or "server_key" in params):
-            security = _url_security(url, params)
+            security = url_security(url, params)
         self.security = security if security is not None and security.enabled else None
         if self.security is not None and (not self.security.is_client
                                           or self.security.server_public is None):
@@ -186,146 +120,41 @@ class RemoteCatalog(Catalog):
         # passed on (e.g. to Spark executors), the URL keeps the key names (never the keys)
         self.path = CatalogURL(  # type: ignore[assignment]
             self.url + (f"?{urlencode(keys)}" if keys else ""))
-        self._pool_lock = threading.Lock()
+        self._channel = Channel(self.url, self.timeout, self.security)
+        self._fork_lock = threading.Lock()
         self._reset_process()
-        self._closed = False
         self.server: dict = self._call("hello")
         """The server's description: ``db`` (its SQLite file), ``host``, ``pid``, ``schema``,
         ``version``."""
 
     def _reset_process(self) -> None:
-        """State of this process (again after a ``fork()``: nothing of the parent's is used)."""
+        """State of this process (again after a ``fork()``: nothing of the parent's is used;
+        the channel opens its own sockets likewise)."""
         self._pid = os.getpid()
-        self._idle: list[tuple[zmq.Socket, float]] = []  # (socket, monotonic time returned)
-        self._ids = itertools.count(1)
         self._leases = Renewals(self, self.lease / 3, self.url)
         self._identity: tuple | None = None
+
+    def _this_process(self) -> None:
+        """Start afresh in a forked child (:meth:`_reset_process`)."""
+        if self._pid != os.getpid():
+            with self._fork_lock:
+                if self._pid != os.getpid():
+                    self._reset_process()
 
     def __repr__(self) -> str:
         return f"RemoteCatalog({self.url!r})"
 
-    # ---- requests
-
-    def _socket(self) -> zmq.Socket:
-        with self._pool_lock:
-            if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours
-                self._reset_process()
-            if self._idle:
-                return self._idle.pop()[0]
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDTIMEO, int(self.timeout * 1000))
-        sock.setsockopt(zmq.RECONNECT_IVL, 100)
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-        if self.security is not None:
-            from ..security import apply_client
-            apply_client(sock, self.security)
-        sock.connect(self.url)
-        return sock
-
-    def _give_back(self, sock: zmq.Socket) -> None:
-        with self._pool_lock:
-            if self._pid == os.getpid() and len(self._idle) < _POOL and not self._closed:
-                self._idle.append((sock, time.monotonic()))
-                _reaper_watch(self)
-                return
-        sock.close(0)
-
     def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        """Send ``op(*args, **kwargs)``; return the decoded result or raise its error.
-
-        A request unanswered for :data:`RESEND_S` seconds (the service restarting, a connection
-        lost) is sent again on a fresh socket, marked as a retry, until ``timeout`` seconds
-        have passed; every operation is safe to apply twice (``store.retried``)."""
-        deadline = time.monotonic() + self.timeout
-        attempt = 0
-        while True:
-            try:
-                body = rpc.encode({"op": op, "args": list(args), "kwargs": kwargs,
-                                   **({"retry": attempt} if attempt else {})}, lenient=True)
-            except (TypeError, ValueError, OverflowError) as e:
-                raise CatalogError(f"{op}: cannot send these arguments to the catalog service "
-                                   f"{self.url}: {e}") from None
-            window = min(deadline - time.monotonic(), RESEND_S)
-            try:
-                frames = self._attempt(op, body, window)
-            except CatalogUnavailable:
-                if deadline - time.monotonic() <= 0.01:
-                    raise
-                attempt += 1
-                continue
-            break
-        try:
-            reply = rpc.decode(frames[1], strict=False)
-        except Exception as e:  # noqa: BLE001
-            raise CatalogError(f"the catalog service {self.url} sent a malformed reply to "
-                               f"{op}: {e}") from None
-        if isinstance(reply, dict) and "ok" in reply and len(reply) == 1:
-            return reply["ok"]
-        if isinstance(reply, dict) and "error" in reply:
-            rpc.raise_error(reply["error"], self.url)
-        raise CatalogError(f"the catalog service {self.url} sent a malformed reply to {op}: "
-                           f"{reply!r:.200}")
-
-    def _attempt(self, op: str, body: bytes, window: float) -> list:
-        """One sending of a request on a pooled socket, waiting ``window`` seconds for its
-        answer frames; raises :class:`CatalogUnavailable` if none comes (the socket is closed
-        then, so a late answer never reaches a later request)."""
-        sock = self._socket()
-        rid = next(self._ids).to_bytes(8, "big")
-        deadline = time.monotonic() + max(window, 0.001)
-        try:
-            sock.send_multipart([rid, body], copy=len(body) < 65536)
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not sock.poll(max(1, int(left * 1000))):
-                    hint = ("is `epochstream catalog serve` running there and reachable?"
-                            if self.security is None else
-                            "is `epochstream catalog serve` running there and reachable, is "
-                            "this client's key in its allow directory, and is server_key its "
-                            "public key? A CURVE service gives a refused key no answer")
-                    raise CatalogUnavailable(
-                        f"the catalog service {self.url} did not answer {op} within "
-                        f"{self.timeout:g} s ({hint})", url=self.url, timeout=self.timeout,
-                        op=op)
-                frames = sock.recv_multipart()
-                if len(frames) == 2 and frames[0] == rid:
-                    break  # (anything else: an answer to an abandoned request; not possible on a
-                    # pooled socket, which only ever carries finished requests, but harmless)
-        except BaseException as e:
-            sock.close(0)  # a request that timed out: its late answer must not reach the next
-            if isinstance(e, zmq.Again):
-                raise CatalogUnavailable(
-                    f"the catalog service {self.url} took no request within {self.timeout:g} s",
-                    url=self.url, timeout=self.timeout, op=op) from None
-            if isinstance(e, zmq.ZMQError):
-                raise CatalogUnavailable(f"the catalog service {self.url}: {e}", url=self.url,
-                                         timeout=self.timeout, op=op) from None
-            raise
-        self._give_back(sock)
-        return frames
+        """Send ``op(*args, **kwargs)``; return the decoded result or raise its error
+        (:meth:`~epochstream.catalog.channel.Channel.call`: resent until ``timeout``)."""
+        self._this_process()
+        return self._channel.call(op, *args, **kwargs)
 
     def close(self) -> None:
         """Stop renewing leases (partitions registered through this client read as ``dead``
         once their lease passes) and close the idle sockets. Later calls open new sockets."""
         self._leases.close()
-        with self._pool_lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for s, _ in idle:
-            s.close(0)
-
-    def _reap(self, now: float) -> bool:
-        """Close the pooled sockets idle for ``IDLE_S`` or more; True while some stay pooled."""
-        with self._pool_lock:
-            if self._pid != os.getpid():
-                return False
-            stale = [s for s, t in self._idle if now - t >= IDLE_S]
-            self._idle = [(s, t) for s, t in self._idle if now - t < IDLE_S]
-            left = bool(self._idle)
-        for s in stale:
-            s.close(0)
-        return left
+        self._channel.close()
 
     def __enter__(self) -> "RemoteCatalog":
         return self
@@ -349,9 +178,7 @@ class RemoteCatalog(Catalog):
                 "host": self._identity[2] if host is None else host}
 
     def _hold(self, key: tuple, ident: str) -> None:
-        with self._pool_lock:
-            if self._pid != os.getpid():
-                self._reset_process()
+        self._this_process()
         self._leases.hold(key, ident)
 
     def _drop(self, key: tuple, ident: str | None = None) -> None:
@@ -405,7 +232,7 @@ class RemoteCatalog(Catalog):
                            lease: float | None = None, host: str | None = None,
                            pid_start: float | None = None, server_key: str | None = None) -> str:
         me = self._holder(pid, pid_start, host)
-        # chosen here, once: a resent registration must find its own claim (store.retried)
+        # chosen here, once: a resent registration must find its own claim (retry.retried)
         incarnation = uuid.uuid4().hex if incarnation is None else incarnation
         inc = self._call("register_partition", topic, partition, endpoint, ingest=ingest,
                          incarnation=incarnation, upper=upper,
@@ -555,36 +382,3 @@ class RemoteCatalog(Catalog):
     def group_reset(self, topic: str, name: str) -> None:
         return self._call("group_reset", topic, name)
 
-
-_reaper_lock = threading.Lock()
-_reaper_pid = 0
-_reaper_clients: "weakref.WeakSet[RemoteCatalog]" = weakref.WeakSet()
-
-
-def _reaper_watch(cat: "RemoteCatalog") -> None:
-    """Have this process's reaper thread close ``cat``'s idle sockets (started on first use,
-    again in a forked child)."""
-    global _reaper_pid
-    with _reaper_lock:
-        _reaper_clients.add(cat)
-        if _reaper_pid != os.getpid():
-            _reaper_pid = os.getpid()
-            threading.Thread(target=_reap_loop, daemon=True,
-                             name="epochstream-catalog-idle-sockets").start()
-
-
-def _reap_loop() -> None:
-    """Every ``IDLE_S / 2`` seconds, close the pooled sockets idle for ``IDLE_S`` (a daemon)."""
-    while True:
-        time.sleep(IDLE_S / 2)
-        now = time.monotonic()
-        with _reaper_lock:
-            clients = list(_reaper_clients)
-        for cat in clients:
-            try:
-                if not cat._reap(now):
-                    with _reaper_lock:
-                        _reaper_clients.discard(cat)
-            except Exception:  # noqa: BLE001 - a closed client or a closed context: skip it
-                log.debug("catalog idle-socket reaper: %s", cat, exc_info=True)
-        del clients

@@ -1,7 +1,9 @@
-"""The catalog's part of consumer groups: their tables, and the atomic claims, acks and
-releases of leases (a mixin of :class:`~epochstream.catalog.Catalog`). Workers in several
-processes coordinate through these ``BEGIN IMMEDIATE`` transactions, with no server: the
-decisions are the pure :func:`~epochstream.leases.plan`; this module reads and writes the rows.
+"""The catalog's part of consumer groups: :class:`GroupTables`, their tables, and the atomic
+claims, acks and releases of leases. Workers in several processes coordinate through these
+``BEGIN IMMEDIATE`` transactions, with no server: the decisions are the pure
+:func:`~epochstream.leases.plan`; this module reads and writes the rows, on the store it is given
+(:mod:`epochstream.catalog.store`). The values it hands out are
+:mod:`epochstream.catalog.group_records`.
 
 Tables (schema version 3)::
 
@@ -24,17 +26,19 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
-from .history import decode_time, encode_time
-from .store import retried, retrying
+from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
+from .history_records import decode_time, encode_time, position_available
 from .liveness import check_holder, pid_alive
 from .records import decode_upper, encode_upper
+from .retry import retried, retrying
+from .store import Store
+from .topics import topic_names
 from ..errors import CatalogError, GroupStopped, LeaseExpired, TopicNotFound
 from ..leases import EpochState, Plan
 
-__all__ = ["GROUPS_DDL", "GroupCatalog", "GroupInfo", "Claimed", "ClaimView", "GroupEpoch"]
+__all__ = ["GROUPS_DDL", "GroupTables", "GroupInfo", "Claimed", "ClaimView", "GroupEpoch"]
 
 GROUPS_DDL = (
     """CREATE TABLE IF NOT EXISTS groups (
@@ -70,86 +74,6 @@ GROUPS_DDL = (
 )
 
 
-@dataclass(frozen=True)
-class GroupInfo:
-    """A consumer group as stored: definition, ``position`` (a tuple of times or ``None``
-    before its first fetch), ``state`` (``"active"``/``"stopped"``) and ``reason``, plus
-    ``leased``/``acked``/``dead`` (units ``(time, bucket)`` at or beyond the position in each
-    state; bucket ``-1`` is a whole epoch); running totals since the group began:
-    ``acked_total``, ``dead_total`` (units settled so), ``redelivered_total`` (deliveries after
-    a unit's first), and ``settled_at`` (the catalog's clock at the last ack, nak or
-    dead-lettering, seconds since the epoch, ``None`` before the first); ``created_at``
-    (``time.time()`` when it was opened)."""
-
-    topic: str
-    name: str
-    mode: str
-    ack_wait: float
-    max_deliver: int
-    dead_letter: str | None
-    position: tuple | None
-    state: str
-    reason: str | None
-    leased: tuple
-    acked: tuple
-    dead: tuple
-    acked_total: int = 0
-    dead_total: int = 0
-    redelivered_total: int = 0
-    settled_at: float | None = None
-    created_at: float | None = None
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """One lease taken by :meth:`GroupCatalog.group_claim`: ``unit`` ``(time, bucket)``,
-    fencing ``token``,
-    ``deliveries`` (this one included), ``deadline`` (seconds since the epoch on the catalog's
-    clock) and the delivery ``history`` (``[[worker, catalog clock], ...]``)."""
-
-    unit: tuple
-    token: int
-    deliveries: int
-    deadline: float
-    history: tuple
-
-
-@dataclass(frozen=True)
-class ClaimView:
-    """What :meth:`GroupCatalog.group_claim_read` saw of a group, for a claim decided elsewhere
-    (the network catalog's client): ``states`` (``((unit, EpochState), ...)``), ``now``
-    (the catalog's clock at the read, seconds since the epoch), ``stored`` (the stored position, a tuple of times or
-    ``None``) and ``fingerprint`` (of states and position: :meth:`GroupCatalog.group_claim_apply`
-    applies a decision only if they are unchanged)."""
-
-    states: tuple
-    now: float
-    stored: tuple | None
-    fingerprint: str
-
-
-@dataclass(frozen=True)
-class GroupEpoch:
-    """One stored unit of a group (a ``group_epochs`` row): ``time``, ``bucket`` (``-1``: the
-    whole epoch), ``state`` (``"free"``, ``"leased"``, ``"acked"``, ``"dead"``), ``deliveries``,
-    the fencing ``token``, the leasing ``worker`` and its process (``pid``, ``host``, ``alive``:
-    judged when read), ``deadline`` (the lease's end) and ``not_before`` (a nak's delay ends),
-    both seconds since the epoch on the catalog's clock (``epoch_now()``: the database
-    server's on PostgreSQL)."""
-
-    time: Any
-    bucket: int
-    state: str
-    deliveries: int
-    token: int
-    worker: str | None
-    pid: int | None
-    host: str | None
-    alive: bool
-    deadline: float
-    not_before: float
-
-
 def _fingerprint(states: dict, stored: str | None) -> str:
     """A digest of a group's epoch states and stored position (text as stored)."""
     text = repr((sorted(states.items(), key=lambda kv: repr(kv[0])), stored))
@@ -171,19 +95,25 @@ def _unit_time(t: Any) -> Any:
     return decode_time(encode_time(t))
 
 
-class GroupCatalog:
-    """Consumer-group state in the catalog (mixin of :class:`~epochstream.catalog.Catalog`).
-    Claims and settlements run on the calling thread's long-lived connection (a worker's hot
-    path: no connect/close per fetch or ack), each in one ``BEGIN IMMEDIATE`` transaction.
-    Raises :class:`~epochstream.errors.CatalogError` when the file cannot be read or written."""
+class GroupTables:
+    """Consumer-group state in ``store``: the operations of
+    :class:`~epochstream.catalog.api.Catalog` on it, with its arguments, results and errors, each
+    retried (:func:`~epochstream.catalog.retry.retried`); and :meth:`stop_behind`, for a trim of
+    the epoch logs (:class:`~epochstream.catalog.history.HistoryTables`). Claims and settlements
+    run on the calling thread's long-lived connection (a worker's hot path: no connect/close per
+    fetch or ack), each in one ``BEGIN IMMEDIATE`` transaction. Raises
+    :class:`~epochstream.errors.CatalogError` when the store cannot be read or written."""
+
+    def __init__(self, store: Store):
+        self._store = store
 
     @retried
     def group_open(self, topic: str, name: str, *, mode: str, ack_wait: float,
                    max_deliver: int, dead_letter: str | None) -> GroupInfo:
         wanted = (mode, float(ack_wait), int(max_deliver), dead_letter)
-        with self._write() as conn:
+        with self._store.write() as conn:
             if conn.execute("SELECT 1 FROM topics WHERE name = ?", (topic,)).fetchone() is None:
-                raise TopicNotFound(topic, self._existing(conn))
+                raise TopicNotFound(topic, topic_names(conn))
             row = conn.execute("SELECT mode, ack_wait, max_deliver, dead_letter FROM groups "
                                "WHERE topic = ? AND name = ?", (topic, name)).fetchone()
             if row is None:
@@ -222,12 +152,12 @@ class GroupCatalog:
 
     @retried
     def group_info(self, topic: str, name: str) -> GroupInfo:
-        with self._connect() as conn:
+        with self._store.read() as conn:
             return self._group_info(conn, topic, name)
 
     @retried
     def groups(self, topic: str | None = None) -> list[GroupInfo]:
-        with self._connect() as conn:
+        with self._store.read() as conn:
             rows = conn.execute("SELECT topic, name FROM groups" + (
                 " WHERE topic = ?" if topic is not None else "") + " ORDER BY topic, name",
                 (topic,) if topic is not None else ()).fetchall()
@@ -235,7 +165,7 @@ class GroupCatalog:
 
     @retried
     def group_drop(self, topic: str, name: str) -> bool:
-        with self._write() as conn:
+        with self._store.write() as conn:
             conn.execute("DELETE FROM group_epochs WHERE topic = ? AND name = ?", (topic, name))
             cur = conn.execute("DELETE FROM groups WHERE topic = ? AND name = ?", (topic, name))
             return cur.rowcount > 0
@@ -261,7 +191,7 @@ class GroupCatalog:
     @retried
     def group_epochs(self, topic: str, name: str) -> list[GroupEpoch]:
         out = []
-        with self._connect() as conn:
+        with self._store.read() as conn:
             rows = conn.execute(
                 "SELECT time, bucket, state, deliveries, token, worker, worker_pid, "
                 "worker_pid_start, worker_host, deadline, not_before FROM group_epochs "
@@ -303,7 +233,7 @@ class GroupCatalog:
         returns them (claiming anew would leave them leased to this worker unknowingly until
         their deadline)."""
         pid, pid_start, host, _ = check_holder(None, None, None, None)
-        with self._hot_write("FULL") as conn:
+        with self._store.hot_write("FULL") as conn:
             ack_wait, token, stored, now, order_name = self._claim_start(conn, topic, name)
             if seen and retrying() and token > seen[0]:
                 found = self._leased_since(conn, topic, name, worker, seen[0], ack_wait)
@@ -322,7 +252,7 @@ class GroupCatalog:
 
     @retried
     def group_claim_read(self, topic: str, name: str) -> ClaimView:
-        with self._snapshot() as conn:
+        with self._store.snapshot() as conn:
             _, _, stored, now, _ = self._claim_start(conn, topic, name)
             states = self._states(conn, topic, name)
         return ClaimView(tuple(states.items()), now,
@@ -343,7 +273,7 @@ class GroupCatalog:
                                f"{lease!r} and {exhausted!r}") from None
         if position is not None:
             position = decode_upper(encode_upper(position))
-        with self._hot_write("FULL") as conn:
+        with self._store.hot_write("FULL") as conn:
             ack_wait, token, stored, now, order_name = self._claim_start(conn, topic, name)
             rows: dict = {}
             states = self._states(conn, topic, name, rows)
@@ -473,7 +403,7 @@ class GroupCatalog:
                 "token = ? AND deadline >= epoch_now()")
         # one compare-and-set of the lease's row (no write lock on PostgreSQL: a claim that
         # re-leases an expired unit meanwhile sets it only if the row is still what it read)
-        with self._atomic("FULL") as conn:
+        with self._store.atomic("FULL") as conn:
             if outcome == "extend":
                 row = conn.execute(
                     f"UPDATE group_epochs SET deadline = epoch_now() + (SELECT g.ack_wait FROM "
@@ -488,7 +418,7 @@ class GroupCatalog:
                     (new_state, outcome == "nak", float(delay), *args)).fetchone()
         if row is not None:
             return float(row[0])
-        with self._connect() as conn:  # refused (or this settlement applied already): why
+        with self._store.read() as conn:  # refused (or this settlement applied already): why
             row = conn.execute(
                 "SELECT state, token, deadline, worker, epoch_now() FROM group_epochs WHERE "
                 "topic = ? AND name = ? AND time = ? AND bucket = ?", args[:4]).fetchone()
@@ -506,15 +436,30 @@ class GroupCatalog:
                            f"(token {token}) is no longer held: {why}; the {outcome} "
                            f"is refused")
 
+    @staticmethod
+    def stop_behind(conn: Any, topic: str, order: Any, since: tuple, reason: str) -> list[str]:
+        """Inside a write transaction (a trim of one of ``topic``'s logs, which now retains the
+        epochs at or beyond ``since``): stop every active group of ``topic`` whose position
+        is no longer retained, with ``reason``; return their names as ``"group:<name>"``."""
+        stopped = []
+        for name, position in conn.execute(
+                "SELECT name, position FROM groups WHERE topic = ? AND state = 'active' "
+                "AND position IS NOT NULL", (topic,)).fetchall():
+            if not position_available(order, decode_upper(position), since):
+                stopped.append(f"group:{name}")
+                conn.execute("UPDATE groups SET state = 'stopped', reason = ? WHERE topic = ? "
+                             "AND name = ?", (reason, topic, name))
+        return stopped
+
     @retried
     def group_stop(self, topic: str, name: str, reason: str) -> None:
-        with self._write() as conn:
+        with self._store.write() as conn:
             conn.execute("UPDATE groups SET state = 'stopped', reason = ? WHERE topic = ? AND "
                          "name = ?", (reason, topic, name))
 
     @retried
     def group_reset(self, topic: str, name: str) -> None:
-        with self._write() as conn:
+        with self._store.write() as conn:
             conn.execute("UPDATE groups SET state = 'active', reason = NULL WHERE topic = ? AND "
                          "name = ?", (topic, name))
             conn.execute("UPDATE group_epochs SET deliveries = 0 WHERE topic = ? AND name = ? "

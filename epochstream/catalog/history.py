@@ -1,8 +1,11 @@
 """The catalog's part of durable history: the index of every partition's epoch log and the
 durable subscriptions (their tables, records, and every read and write of them).
 
-:class:`HistoryCatalog` is a mixin of :class:`~epochstream.catalog.Catalog` (it uses the
-catalog's connections and write lock); the log files themselves are :mod:`epochstream.epochlog`.
+:class:`HistoryTables` runs its statements on the store it is given (connections, transactions,
+the write lock: :mod:`epochstream.catalog.store`) and is given the consumer groups' tables
+(:class:`~epochstream.catalog.groups.GroupTables`) too: a trim stops the groups it leaves behind,
+in its own transaction. The values it hands out are :mod:`epochstream.catalog.history_records`;
+the log files themselves are :mod:`epochstream.epochlog`.
 
 Tables (created by schema version 2, :mod:`epochstream.catalog.schema`); times and frontiers are
 JSON like ``partitions.upper`` (:func:`~epochstream.catalog.records.encode_upper`)::
@@ -41,18 +44,22 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-from .store import retried
+from .groups import GroupTables
+from .history_records import (DurableInfo, EpochRecord, HistoryState, decode_time, encode_time,
+                              position_available)
 from .liveness import check_holder, holder_alive
 from .records import ROW_COLUMNS, decode_upper, encode_upper, partition_from_row
+from .retry import retried
+from .store import Store
+from .store_common import clock
+from .topics import topic_names
 from ..errors import CatalogError, Fenced, SubscriptionExpired, SubscriptionHeld, TopicNotFound
-from ..frontier import Antichain
 from ..order import by_name
 from ..retention import SegmentStat
 
-__all__ = ["HISTORY_DDL", "HistoryCatalog", "EpochRecord", "HistoryState", "DurableInfo",
+__all__ = ["HISTORY_DDL", "HistoryTables", "EpochRecord", "HistoryState", "DurableInfo",
            "encode_time", "decode_time", "position_available"]
 
 HISTORY_DDL = (
@@ -107,92 +114,14 @@ HISTORY_DDL = (
 )
 
 
-def encode_time(t: Any) -> str:
-    """A time (an int, or a tuple of ints) as the stored JSON text."""
-    return json.dumps(list(t) if isinstance(t, tuple) else t)
-
-
-def decode_time(text: str) -> Any:
-    """The stored JSON text of a time as an int or a tuple of ints."""
-    v = json.loads(text)
-    return tuple(v) if isinstance(v, list) else v
-
-
 def _t0(t: Any) -> int:
     return t[0] if isinstance(t, tuple) else t
-
-
-@dataclass(frozen=True)
-class EpochRecord:
-    """The index entry of one complete epoch in one partition's log: ``segment`` (its file's
-    number), ``extents`` (``((offset, length), ...)`` bytes of its ``D`` records in that file),
-    ``nbytes`` (payload bytes), ``messages`` (``D`` records), ``crc`` (CRC-32 chained over the
-    records' own CRC-32s, in order) and ``completed_at`` (``time.time()``, seconds)."""
-
-    partition: int
-    time: Any
-    segment: int
-    extents: tuple
-    nbytes: int
-    messages: int
-    crc: int
-    completed_at: float
-
-
-@dataclass(frozen=True)
-class HistoryState:
-    """One partition's log as the index knows it: ``dir`` (its directory), ``since`` (every
-    complete epoch ``t`` with ``since <= t`` is retained; a tuple of times), ``lower``/``upper``
-    (frontiers as of the last commit), ``segment``/``committed`` (the segment being written
-    and the bytes of it the index covers), ``segments`` (:class:`~epochstream.retention.SegmentStat`
-    per retained segment, oldest first), ``updated_at`` (``time.time()`` of the last commit)."""
-
-    partition: int
-    dir: str
-    since: tuple
-    lower: tuple
-    upper: tuple
-    segment: int
-    committed: int
-    segments: tuple
-    updated_at: float
-
-
-@dataclass(frozen=True)
-class DurableInfo:
-    """A durable subscription: ``position`` (its acked frontier, a tuple of times, or ``None``
-    before its first join), ``acked`` (epochs at or beyond the position acked out of order: a
-    resume skips them), ``state`` (``"active"`` or ``"expired"``), ``holder`` (the holding
-    subscriber's id or ``None``), ``holder_alive`` (whether that holder's process runs now),
-    ``holder_pid``/``holder_host``, ``created_at``/``acked_at`` (``time.time()``, seconds) and
-    ``reason`` (why it expired)."""
-
-    topic: str
-    name: str
-    position: tuple | None
-    acked: tuple
-    state: str
-    holder: str | None
-    holder_alive: bool
-    holder_pid: int | None
-    holder_host: str | None
-    created_at: float
-    acked_at: float | None
-    reason: str | None
-
-
-def position_available(order, position: Iterable[Any], since: Iterable[Any]) -> bool:
-    """True iff every epoch at or beyond ``position`` is at or beyond ``since`` (so a log that
-    retains everything at or beyond ``since`` holds every epoch a resume at ``position`` asks
-    for): each element of ``position`` is at or beyond ``since``."""
-    s = Antichain(order, since)
-    return all(s.less_equal(a) for a in position)
 
 
 _EPOCH_COLUMNS = (("topic", "TEXT"), ("idx", "INTEGER"), ("time", "TEXT"), ("t0", "INTEGER"),
                   ("seq", "INTEGER"), ("extents", "TEXT"), ("nbytes", "INTEGER"),
                   ("messages", "INTEGER"), ("crc", "INTEGER"), ("completed_at", "REAL"))
-"""The columns of an ``history_epochs`` row as :meth:`HistoryCatalog.history_commit` inserts
+"""The columns of an ``history_epochs`` row as :meth:`HistoryTables.history_commit` inserts
 it, with their types in :data:`HISTORY_DDL`."""
 
 _DURABLE_COLUMNS = ("topic, name, position, acked, state, holder, holder_pid, holder_pid_start, "
@@ -208,11 +137,6 @@ def _durable(row, now: float | None = None) -> DurableInfo:
     return DurableInfo(topic, name, None if position is None else decode_upper(position),
                        decode_upper(acked), state, holder, alive, pid, host, created, acked_at,
                        reason)
-
-
-def _clock(conn) -> float:
-    """The catalog's clock (``epoch_now()``: the database server's on PostgreSQL)."""
-    return float(conn.execute("SELECT epoch_now()").fetchone()[0])
 
 
 def _check_writer(conn, topic: str, partition: int, incarnation: str) -> None:
@@ -231,10 +155,17 @@ def _check_writer(conn, topic: str, partition: int, incarnation: str) -> None:
                      incarnation=incarnation)
 
 
-class HistoryCatalog:
-    """Index of the epoch logs and durable subscriptions (mixin of
-    :class:`~epochstream.catalog.Catalog`; see the module docstring for the tables). Raises
-    :class:`~epochstream.errors.CatalogError` when the file cannot be read or written."""
+class HistoryTables:
+    """Index of the epoch logs and durable subscriptions in ``store`` (see the module docstring
+    for the tables): the operations of :class:`~epochstream.catalog.api.Catalog` on them, with
+    its arguments, results and errors, each retried (:func:`~epochstream.catalog.retry.retried`).
+    ``groups`` (:class:`~epochstream.catalog.groups.GroupTables`): whose groups
+    :meth:`history_trim` stops. Raises :class:`~epochstream.errors.CatalogError` when the store
+    cannot be read or written."""
+
+    def __init__(self, store: Store, groups: GroupTables):
+        self._store = store
+        self._groups = groups
 
     # ---- the log index
 
@@ -253,12 +184,12 @@ class HistoryCatalog:
 
     @retried
     def history_state(self, topic: str, partition: int) -> HistoryState | None:
-        with self._connect() as conn:
+        with self._store.read() as conn:
             return self._history_state(conn, topic, partition)
 
     @retried
     def history_states(self, topic: str) -> dict[int, HistoryState]:
-        with self._snapshot() as conn:  # two statements, whatever the number of partitions
+        with self._store.snapshot() as conn:  # two statements, whatever the partitions
             rows = conn.execute(
                 "SELECT idx, dir, since, lower, upper, segment, committed, updated_at "
                 "FROM history_partitions WHERE topic = ? ORDER BY idx", (topic,)).fetchall()
@@ -275,7 +206,7 @@ class HistoryCatalog:
     def history_begin(self, topic: str, partition: int, directory: str, lower: Any,
                       upper: Any) -> HistoryState:
         directory = os.path.abspath(directory)
-        with self._write() as conn:
+        with self._store.write() as conn:
             state = self._history_state(conn, topic, partition)
             if state is None:
                 now = time.time()
@@ -303,7 +234,7 @@ class HistoryCatalog:
                  json.dumps(e.extents), e.nbytes, e.messages, e.crc, e.completed_at)
                 for e in epochs]
         low = encode_upper(lower)
-        with self._hot_write("FULL" if durable else "NORMAL") as conn:
+        with self._store.hot_write("FULL" if durable else "NORMAL") as conn:
             if incarnation is not None:
                 _check_writer(conn, topic, partition, incarnation)
             if rows:
@@ -335,7 +266,7 @@ class HistoryCatalog:
 
     @retried
     def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
-        with self._write() as conn:
+        with self._store.write() as conn:
             row = conn.execute("SELECT since FROM history_segments WHERE topic = ? AND idx = ? "
                                "AND seq = ?", (topic, partition, keep_from)).fetchone()
             if row is None:
@@ -349,27 +280,17 @@ class HistoryCatalog:
             since = decode_upper(row[0])
             order = by_name(conn.execute("SELECT order_name FROM topics WHERE name = ?",
                                          (topic,)).fetchone()[0])
+            reason = (f"retention of partition {partition} deleted epochs at or beyond its "
+                      f"position (retained since {list(since)})")
             expired = []
             for name, position in conn.execute(
                     "SELECT name, position FROM durables WHERE topic = ? AND state = 'active' "
                     "AND position IS NOT NULL", (topic,)).fetchall():
                 if not position_available(order, decode_upper(position), since):
                     expired.append(name)
-                    conn.execute(
-                        "UPDATE durables SET state = 'expired', reason = ? WHERE topic = ? "
-                        "AND name = ?", (f"retention of partition {partition} deleted epochs "
-                                         f"at or beyond its position (retained since "
-                                         f"{list(since)})", topic, name))
-            for name, position in conn.execute(
-                    "SELECT name, position FROM groups WHERE topic = ? AND state = 'active' "
-                    "AND position IS NOT NULL", (topic,)).fetchall():
-                if not position_available(order, decode_upper(position), since):
-                    expired.append(f"group:{name}")
-                    conn.execute(
-                        "UPDATE groups SET state = 'stopped', reason = ? WHERE topic = ? AND "
-                        "name = ?", (f"retention of partition {partition} deleted epochs at or "
-                                     f"beyond its position (retained since {list(since)})",
-                                     topic, name))
+                    conn.execute("UPDATE durables SET state = 'expired', reason = ? WHERE "
+                                 "topic = ? AND name = ?", (reason, topic, name))
+            expired += self._groups.stop_behind(conn, topic, order, since, reason)
             return since, expired
 
     @retried
@@ -384,7 +305,7 @@ class HistoryCatalog:
         if segment_from is not None:
             sql += " AND seq >= ?"
             args.append(segment_from)
-        with self._connect() as conn:
+        with self._store.read() as conn:
             rows = conn.execute(sql + " ORDER BY t0, time", args).fetchall()
         return [EpochRecord(partition, decode_time(r[0]), r[1],
                             tuple(tuple(x) for x in json.loads(r[2])), r[3], r[4], r[5], r[6])
@@ -392,7 +313,7 @@ class HistoryCatalog:
 
     @retried
     def history_epoch(self, topic: str, partition: int, time: Any) -> EpochRecord | None:
-        with self._connect() as conn:
+        with self._store.read() as conn:
             r = conn.execute("SELECT time, seq, extents, nbytes, messages, crc, completed_at "
                              "FROM history_epochs WHERE topic = ? AND idx = ? AND time = ?",
                              (topic, partition, encode_time(time))).fetchone()
@@ -405,22 +326,22 @@ class HistoryCatalog:
 
     @retried
     def durables(self, topic: str | None = None) -> list[DurableInfo]:
-        with self._connect() as conn:
+        with self._store.read() as conn:
             if topic is None:
                 rows = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables "
                                     f"ORDER BY topic, name").fetchall()
             else:
                 rows = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? "
                                     f"ORDER BY name", (topic,)).fetchall()
-            now = _clock(conn)
+            now = clock(conn)
         return [_durable(r, now) for r in rows]
 
     @retried
     def durable(self, topic: str, name: str) -> DurableInfo | None:
-        with self._connect() as conn:
+        with self._store.read() as conn:
             row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
                                f"name = ?", (topic, name)).fetchone()
-            now = _clock(conn)
+            now = clock(conn)
         return None if row is None else _durable(row, now)
 
     @retried
@@ -432,12 +353,12 @@ class HistoryCatalog:
             raise CatalogError(f"a durable subscription name must be a non-empty str of at "
                                f"most 200 characters, got {name!r}")
         pid, pid_start, host, lease = check_holder(pid, pid_start, host, lease)
-        with self._write() as conn:
+        with self._store.write() as conn:
             if conn.execute("SELECT 1 FROM topics WHERE name = ?", (topic,)).fetchone() is None:
-                raise TopicNotFound(topic, self._existing(conn))
+                raise TopicNotFound(topic, topic_names(conn))
             row = conn.execute(f"SELECT {_DURABLE_COLUMNS} FROM durables WHERE topic = ? AND "
                                f"name = ?", (topic, name)).fetchone()
-            now = _clock(conn)  # leases are stamped and judged on the catalog's clock
+            now = clock(conn)  # leases are stamped and judged on the catalog's clock
             if row is None:
                 conn.execute(
                     "INSERT INTO durables (topic, name, position, state, holder, holder_pid, "
@@ -483,7 +404,7 @@ class HistoryCatalog:
                     acked: Any = ()) -> bool:
         text = encode_upper(position)
         now = time.time()
-        with self._hot_write("FULL") as conn:  # an ack: the consumer's hot path
+        with self._store.hot_write("FULL") as conn:  # an ack: the consumer's hot path
             cur = conn.execute(
                 "UPDATE durables SET position = ?, acked = ?, acked_at = ?, "
                 "holder_seen = epoch_now() WHERE topic = ? AND name = ? AND holder = ? "
@@ -492,13 +413,13 @@ class HistoryCatalog:
 
     @retried
     def durable_release(self, topic: str, name: str, holder: str) -> None:
-        with self._write() as conn:
+        with self._store.write() as conn:
             conn.execute("UPDATE durables SET holder = NULL, holder_pid = NULL, holder_lease = "
                          "NULL WHERE topic = ? AND name = ? AND holder = ?", (topic, name, holder))
 
     @retried
     def durable_renew(self, topic: str, name: str, holder: str) -> bool:
-        with self._write("NORMAL") as conn:
+        with self._store.write("NORMAL") as conn:
             cur = conn.execute("UPDATE durables SET holder_seen = epoch_now() WHERE topic = ? "
                                "AND name = ? AND holder = ?", (topic, name, holder))
             return cur.rowcount > 0
@@ -506,7 +427,7 @@ class HistoryCatalog:
     @retried
     def durable_reset(self, topic: str, name: str, position: Any | None) -> DurableInfo:
         text = None if position is None else encode_upper(position)
-        with self._write() as conn:
+        with self._store.write() as conn:
             cur = conn.execute(
                 "UPDATE durables SET position = ?, acked = '[]', state = 'active', reason = NULL, "
                 "holder = NULL, holder_pid = NULL, acked_at = NULL WHERE topic = ? AND name = ?",
@@ -519,6 +440,6 @@ class HistoryCatalog:
 
     @retried
     def durable_drop(self, topic: str, name: str) -> bool:
-        with self._write() as conn:
+        with self._store.write() as conn:
             cur = conn.execute("DELETE FROM durables WHERE topic = ? AND name = ?", (topic, name))
             return cur.rowcount > 0

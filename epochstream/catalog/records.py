@@ -23,7 +23,11 @@ from ..errors import CatalogError
 from ..order import by_name
 
 __all__ = ["PartitionInfo", "TopicInfo", "ROW_COLUMNS", "partition_from_row", "encode_upper",
-           "decode_upper"]
+           "decode_upper", "STATES"]
+
+STATES = ("live", "closed", "aborted")
+"""The states stored in ``partitions.state`` (readers also report ``"dead"``:
+:mod:`epochstream.catalog.schema`)."""
 
 ROW_COLUMNS = ("idx, endpoint, ingest, state, incarnation, pid, pid_start, host, upper, "
                "updated_at, lease, server_key, generation, run")

@@ -39,8 +39,8 @@ from typing import Any
 import msgpack
 
 from .. import errors
-from .groups import Claimed, ClaimView, GroupEpoch, GroupInfo
-from .history import DurableInfo, EpochRecord, HistoryState
+from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
+from .history_records import DurableInfo, EpochRecord, HistoryState
 from .records import PartitionInfo, TopicInfo
 from ..errors import CatalogError
 from ..leases import EpochState

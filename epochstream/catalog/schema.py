@@ -85,6 +85,7 @@ from typing import Callable
 
 from .groups import GROUPS_DDL
 from .history import HISTORY_DDL
+from .records import STATES
 from ..errors import CatalogError
 
 __all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "SECURITY_COLUMNS", "GENERATION_COLUMNS",
@@ -149,9 +150,6 @@ CREATE TABLE IF NOT EXISTS grants (
 )
 """
 """The ``grants`` table of schema version 5 (module docstring)."""
-
-STATES = ("live", "closed", "aborted")
-"""The states stored in ``partitions.state`` (readers also report ``"dead"``: module docstring)."""
 
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 
@@ -325,9 +323,9 @@ def ensure_postgres_schema(conn, where: str) -> int:
     processes doing this at once only the first one changes anything; ``conn`` is an
     autocommit psycopg connection, ``where`` names the catalog in messages. Returns the version
     found before (0: a new catalog). The same DDL as SQLite's, with the column types of
-    :func:`~epochstream.catalog.store.postgres_ddl`. Raises :class:`CatalogError` for a newer
-    catalog (:func:`check_version`)."""
-    from .store import WRITE_LOCK_KEY, postgres_ddl
+    :func:`~epochstream.catalog.store_postgres.postgres_ddl`. Raises :class:`CatalogError` for a
+    newer catalog (:func:`check_version`)."""
+    from .store_postgres import WRITE_LOCK_KEY, postgres_ddl
 
     found = postgres_version(conn)
     check_version(found, where)

@@ -40,7 +40,7 @@ import zmq
 
 from . import rpc
 from .api import Catalog, is_catalog_url
-from .store import as_retry
+from .retry import as_retry
 from .liveness import HOST
 from .schema import SCHEMA_VERSION
 from ..errors import CatalogError, NotAuthorized

@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent("""
     sub = Subscriber("t", cat, durable="d", timeout=5)
     sub.cycle = sub  # only the garbage collector can free it now
     del sub
-    with cat._write():  # a catalog write of this thread, as a publisher's or an ack's
+    with cat._store.write():  # a catalog write of this thread, as a publisher's or an ack's
         gc.collect()    # ... during which the collector runs
     deadline = time.monotonic() + 5
     while cat.durable("t", "d").holder is not None:
