@@ -223,7 +223,10 @@ def _instrument(g) -> dict:
         return wrapper
 
     cat = g.catalog
-    orig_write = cat._write
+    # the store's write transaction (issue 22: SqlCatalog holds its store; older: cat._write)
+    owner = cat._store if hasattr(cat, "_store") and hasattr(cat._store, "write") else cat
+    name = "write" if owner is not cat else "_write"
+    orig_write = getattr(owner, name)
 
     @contextlib.contextmanager
     def timed_write(*a, **k):
@@ -236,7 +239,7 @@ def _instrument(g) -> dict:
         acc["commit"] += perf() - t1
         calls["commit"] += 1
 
-    cat._write = timed_write
+    setattr(owner, name, timed_write)
     cat.group_claim = timed("claim", cat.group_claim)
     cat.group_settle = timed("settle", cat.group_settle)
     g.history.records = timed("records", g.history.records)
