@@ -26,6 +26,7 @@ import msgpack
 from .errors import EpochstreamError
 
 __all__ = ["HASH", "PARTITIONINGS", "partition_of", "partitions_for", "split", "check_records",
+           "partition_key",
            "PartitioningError"]
 
 HASH = "hash"
@@ -87,3 +88,18 @@ def check_records(records, key: str, partition: int, partitions: int) -> None:
             raise PartitioningError(
                 f"key {v!r} belongs to partition {p} of {partitions}, not {partition} (a "
                 f"key-partitioned topic: use epochstream.partitioning.split)")
+
+
+def partition_key(key, partitioning: str | None) -> str | None:
+    """The topic's ``partition_key`` for a publisher's ``key`` (a column name, a function
+    ``record -> key`` or ``None``) and ``partitioning`` (``None`` or :data:`HASH`): the key
+    column of a key-partitioned topic, else ``None``. ``TypeError`` for a key of another kind,
+    ``ValueError`` for an unknown partitioning or hash partitioning without a key column."""
+    if key is not None and not (isinstance(key, str) or callable(key)):
+        raise TypeError(f"key must be a column name or a function, got {type(key).__name__}")
+    if partitioning not in PARTITIONINGS:
+        raise ValueError(f"partitioning must be None or {HASH!r}, got {partitioning!r}")
+    if partitioning is not None and not isinstance(key, str):
+        raise ValueError(f"partitioning={partitioning!r} needs the topic's key column "
+                         f"(key='column'), got key={key!r}")
+    return key if partitioning is not None else None

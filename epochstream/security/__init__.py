@@ -15,14 +15,14 @@ Every name is importable from here, as it was when this was one module.
 """
 
 from .authorizer import GRANTS_REFRESH_S, NOT_AUTHORISED, Authorizer
-from .config import Security
+from .config import Security, checked
 from .grants import ANYONE, OPERATIONS, Grant, check_grant, grant_matches
 from .keys import (ENV_KEYS, check_server_key, is_z85_key, key_dir, load_allowed, load_keypair,
                    load_public)
 from .zap import _allow_list as _allow_list  # private: epochstream.catalog.server
 from .zap import apply_client, apply_server, authenticator, release_authenticator
 
-__all__ = ["Security", "Grant", "OPERATIONS", "ANYONE", "ENV_KEYS", "NOT_AUTHORISED",
+__all__ = ["Security", "checked", "Grant", "OPERATIONS", "ANYONE", "ENV_KEYS", "NOT_AUTHORISED",
            "GRANTS_REFRESH_S", "grant_matches", "check_grant", "check_server_key", "is_z85_key",
            "key_dir", "load_keypair", "load_public", "load_allowed", "authenticator",
            "apply_server", "apply_client", "release_authenticator", "Authorizer"]

@@ -21,7 +21,7 @@ from typing import Any
 
 from .keys import _allow_dir, load_keypair, load_public
 
-__all__ = ["Security"]
+__all__ = ["Security", "checked"]
 
 
 @dataclass(frozen=True)
@@ -104,3 +104,20 @@ def _enabled(sec: Security | None) -> bool:
         raise TypeError(f"security must be a Security (Security.curve(...)) or None, got "
                         f"{type(sec).__name__}")
     return sec.enabled
+
+
+def checked(security, side: str) -> Security | None:
+    """``security`` for one ``side`` (``"server"``: a publisher; ``"client"``: a subscriber),
+    ``None`` when off (``None`` or plain TCP). ``TypeError`` for another type, ``ValueError``
+    when it lacks that side's key pair."""
+    if security is not None and not isinstance(security, Security):
+        raise TypeError(f"security must be a Security or None, got {type(security).__name__}")
+    if security is None or not security.enabled:
+        return None
+    if side == "server" and not security.is_server:
+        raise ValueError("a publisher's security needs its key pair: "
+                         "Security.curve(server_secret=..., allow=...)")
+    if side == "client" and not security.is_client:
+        raise ValueError("a subscriber's security needs its key pair: "
+                         "Security.curve(client_secret=..., server_public=...)")
+    return security

@@ -12,11 +12,12 @@ from ..epochlog import LogWriter, partition_dir
 from ..errors import EpochstreamError
 from ..frontier import Antichain
 from ..order import check_time, dual
+from ..protocol import PublisherProtocol
 from ..retention import Retention
 from ..start import continued_frontiers, given_frontiers, inherited_upper as _inherited
 from ..start import resumed_lower
 
-__all__ = ["start_frontiers", "open_log", "inherited_upper", "recorded_upper", "history_dir"]
+__all__ = ["start_protocol", "start_frontiers", "open_log", "inherited_upper", "recorded_upper", "history_dir"]
 
 log = logging.getLogger("epochstream.transport")
 
@@ -110,3 +111,24 @@ def open_log(catalog: Catalog | None, retention: Retention, topic: str, partitio
     if start is None:
         log.info("publisher %s resumes from its epoch log at %s", who, list(state.lower))
     return writer, lower, upper
+
+
+def start_protocol(catalog: Catalog | None, retention: Retention | None, topic: str,
+                   partition: int, order, start, upper: list | None, strict: bool,
+                   incarnation: str, create) -> tuple[PublisherProtocol, LogWriter | None,
+                                                       tuple | None]:
+    """The protocol state a publisher starts with, from its epoch log (``retention``), a given
+    upper frontier (a relay) or the catalog's record; ``create()`` creates the topic before a
+    log is opened. Returns ``(protocol, writer or None, resumed_at)``: ``resumed_at`` is the
+    lower frontier taken from an unfinished log without ``start`` (``None`` otherwise)."""
+    if retention is None:
+        lower, upper = start_frontiers(catalog, topic, partition, order, start, upper)
+        if lower is None:
+            return PublisherProtocol(order, start=start, upper=upper, strict=strict), None, None
+        return PublisherProtocol(order, lower=lower, upper=upper, strict=strict), None, None
+    if upper is not None:
+        raise ValueError("upper= is not for a publisher with retention (its log recovers it)")
+    writer, lower, upper = open_log(catalog, retention, topic, partition, order, start,
+                                    incarnation, create)
+    resumed_at = tuple(lower) if start is None and tuple(lower) != (order.minimum,) else None
+    return PublisherProtocol(order, lower=lower, upper=upper, strict=strict), writer, resumed_at

@@ -213,3 +213,28 @@ def inproc_pair(ctx: zmq.Context) -> tuple[zmq.Socket, zmq.Socket]:
     sending = ctx.socket(zmq.PAIR)
     sending.connect(addr)
     return receiving, sending
+
+
+def advertised_endpoint(bound: str, advertise: str | None = None) -> str:
+    """The endpoint to register in the catalog for a ROUTER bound at ``bound`` (its
+    ``LAST_ENDPOINT``): ``advertise`` if it is a whole endpoint (``"tcp://host:port"``; a
+    missing or ``*`` port is the bound one), ``bound`` with its host replaced by ``advertise``
+    (a host name or IP), or, without ``advertise``, ``bound`` itself — with
+    ``socket.gethostname()`` for a wildcard host (``0.0.0.0``, ``*``, ``::``)."""
+    scheme, _, rest = bound.partition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme != "tcp" and (advertise is None or "://" not in advertise):
+        return bound
+    if advertise is None:
+        if host.strip("[]") not in ("0.0.0.0", "*", "::", ""):
+            return bound
+        advertise = socket.gethostname()
+    if "://" in advertise:
+        a_scheme, _, a_rest = advertise.partition("://")
+        a_host, sep, a_port = a_rest.rpartition(":")
+        if not sep or not a_port.isdigit() and a_port != "*" or "]" in a_port:
+            a_host, a_port = a_rest, "*"
+        return f"{a_scheme}://{a_host}:{port if a_port == '*' else a_port}"
+    if ":" in advertise and not advertise.startswith("["):  # a bare IPv6 address
+        advertise = f"[{advertise}]"
+    return f"{scheme}://{advertise}:{port}"

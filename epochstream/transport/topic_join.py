@@ -32,7 +32,7 @@ from ..errors import (EpochstreamError, NotAuthorized, ProtocolError, PublisherL
 from ..events import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
 from ..frontier import apply_changes
 from ..protocol import SubscriberProtocol
-from ..security import NOT_AUTHORISED, Security
+from ..security import NOT_AUTHORISED, Security, checked
 from .durable import DurableCursor
 from .filtering import FilterSession
 from .fill import HistoryFill
@@ -430,12 +430,7 @@ def _weak(method):
 def check_options(security, endpoints, takeover, credit, credit_unit) -> Security | None:
     """A subscriber's ``security`` (``None`` when off), after checking the options of its join
     that go together: ``TypeError``/``ValueError`` naming the offender."""
-    if security is not None and not isinstance(security, Security):
-        raise TypeError(f"security must be a Security or None, got {type(security).__name__}")
-    security = security if security is not None and security.enabled else None
-    if security is not None and not security.is_client:
-        raise ValueError("a subscriber's security needs its key pair: "
-                         "Security.curve(client_secret=..., server_public=...)")
+    security = checked(security, "client")
     if security is not None and endpoints is not None and security.server_public is None:
         raise ValueError("a subscriber with endpoints= has no catalog to find the "
                          "publishers' keys in: pass Security.curve(server_public=...)")
