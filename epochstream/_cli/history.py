@@ -10,17 +10,16 @@ from typing import Any, Optional
 
 import typer
 from rich.markup import escape
-from rich.text import Text
 
 from ..catalog import Catalog
 from ..catalog.history import HistoryState
 from ..errors import EpochstreamError, HistoryCorrupt, HistoryUnavailable, TopicNotFound
 from ..history import History
 from .catalogs import catalog_errors, unknown_topic
-from .formats import fmt_bytes, fmt_time, fmt_when
+from .formats import fmt_bytes, fmt_when
 from .output import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, err, fail
 from .positions import fmt_position, parse_position
-from .tail_output import TailWriter, dumps, rows, stdout_to_devnull
+from .tail_output import TailWriter, stdout_to_devnull
 
 __all__ = ["HistoryWriter", "print_history", "no_history", "DeletedLog", "delete_logs"]
 
@@ -35,20 +34,8 @@ class HistoryWriter(TailWriter):
     def history_epoch(self, time_: Any, records: Any, n: int, nbytes: Any,
                       completed_at: Optional[float]) -> None:
         """Write one retained epoch: its line (or JSON object), then its records if asked."""
-        if self.as_json:
-            if self.records:
-                for r in rows(records):
-                    self._line(dumps({"time": time_, "record": r}))
-            else:
-                self._line(dumps({"time": time_, "records": n, "bytes": nbytes,
-                                  "completed_at": completed_at}))
-            return
-        rest = f"  {n:>10}  {fmt_bytes(nbytes):>12}  {fmt_when(completed_at):>19}"
-        t = f"{fmt_time(time_):>16}"
-        self._line(Text.assemble((t, "bold cyan"), rest) if self.console is not None else t + rest)
-        if self.records:
-            for r in rows(records):
-                self._line(f"  {dumps(r)}")
+        self.write(time_, records, {"records": n, "bytes": nbytes, "completed_at": completed_at},
+                   f"  {n:>10}  {fmt_bytes(nbytes):>12}  {fmt_when(completed_at):>19}")
 
 
 def no_history(topic: str) -> typer.Exit:
