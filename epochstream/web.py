@@ -94,43 +94,71 @@ def app(collector: CatalogCollector) -> Any:
     async def varz(request: Request) -> Response:
         count("varz")
         reports = await run_in_threadpool(collector.read)
-        return JSONResponse({
-            "server": {"version": __version__, "start": started,
-                       "uptime_seconds": _time.time() - started, "requests": dict(scrapes)},
-            "catalogs": [{"catalog": getattr(c, "where", str(c)), "up": r is not None,
-                          "topics": [] if r is None else [_summary(t) for t in r.topics]}
-                         for c, r in zip(collector.catalogs, reports)]})
+        return JSONResponse(_varz(collector, reports, started, scrapes))
 
     async def topicz(request: Request) -> Response:
         count("topicz")
         name = request.query_params.get("topic")
         reports = await run_in_threadpool(collector.read)
-        out = []
-        for c, r in zip(collector.catalogs, reports):
-            if r is None:
-                out.append({"catalog": getattr(c, "where", str(c)), "up": False})
-                continue
-            data = r.to_json()
-            if name is not None:
-                data["topics"] = [t for t in data["topics"] if t["name"] == name]
-            out.append({"up": True, **data})
-        if name is not None and not any(c.get("topics") for c in out):
-            return JSONResponse({"error": f"unknown topic {name!r}"}, status_code=404)
-        return JSONResponse({"catalogs": out})
+        body, status = _topicz(collector, reports, name)
+        return JSONResponse(body, status_code=status)
 
     async def healthz(request: Request) -> Response:
         count("healthz")
         reports = await run_in_threadpool(collector.read)
-        found = []
-        for c, r in zip(collector.catalogs, reports):
-            found += ([f"catalog {getattr(c, 'where', c)} cannot be read"] if r is None
-                      else problems(r))
-        if found:
-            return JSONResponse({"status": "unhealthy", "problems": found}, status_code=503)
-        return JSONResponse({"status": "ok"})
+        body, status = _healthz(collector, reports)
+        return JSONResponse(body, status_code=status)
 
     return Starlette(routes=[Route("/metrics", metrics), Route("/varz", varz),
                              Route("/topicz", topicz), Route("/healthz", healthz)])
+
+
+def _where(catalog: Any) -> str:
+    return getattr(catalog, "where", str(catalog))
+
+
+def _varz(collector: CatalogCollector, reports: list[CatalogReport | None], started: float,
+          scrapes: dict[str, int]) -> dict:
+    """The body of ``/varz``: the server (``started``: when, ``scrapes``: the requests so far
+    per endpoint), then each catalog of ``collector`` with its ``reports`` (``None``: it cannot
+    be read) summed up per topic."""
+    return {
+        "server": {"version": __version__, "start": started,
+                   "uptime_seconds": _time.time() - started, "requests": dict(scrapes)},
+        "catalogs": [{"catalog": _where(c), "up": r is not None,
+                      "topics": [] if r is None else [_summary(t) for t in r.topics]}
+                     for c, r in zip(collector.catalogs, reports)]}
+
+
+def _topicz(collector: CatalogCollector, reports: list[CatalogReport | None],
+            name: str | None) -> tuple[dict, int]:
+    """The body and status of ``/topicz``: each catalog's full report (only topic ``name``
+    when given: 404 if no catalog has it)."""
+    out = []
+    for c, r in zip(collector.catalogs, reports):
+        if r is None:
+            out.append({"catalog": _where(c), "up": False})
+            continue
+        data = r.to_json()
+        if name is not None:
+            data["topics"] = [t for t in data["topics"] if t["name"] == name]
+        out.append({"up": True, **data})
+    if name is not None and not any(c.get("topics") for c in out):
+        return {"error": f"unknown topic {name!r}"}, 404
+    return {"catalogs": out}, 200
+
+
+def _healthz(collector: CatalogCollector,
+             reports: list[CatalogReport | None]) -> tuple[dict, int]:
+    """The body and status of ``/healthz``: 200 when every catalog can be read and every topic
+    is healthy, else 503 with the problems."""
+    found = []
+    for c, r in zip(collector.catalogs, reports):
+        found += ([f"catalog {getattr(c, 'where', c)} cannot be read"] if r is None
+                  else problems(r))
+    if found:
+        return {"status": "unhealthy", "problems": found}, 503
+    return {"status": "ok"}, 200
 
 
 def bind_socket(bind: str) -> socket.socket:

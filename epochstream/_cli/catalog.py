@@ -15,54 +15,52 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
 from ..catalog import ENV_VAR, is_catalog_url, location_kind
-from ..errors import EpochstreamError
+from .errors import cannot_bind, exit_on_errors
 from .output import EXIT_USAGE, announce, err, fail, out, until_signal
+from .params import new_app
 
-__all__ = ["catalog_app", "serve", "init"]
+__all__ = ["app", "serve", "init"]
 
-catalog_app = typer.Typer(
-    name="catalog",
+app = new_app(
+    "catalog",
     help="The catalog itself: 'epochstream catalog init|migrate LOCATION' creates or upgrades "
          "one (a SQLite file or directory, or postgresql://USER:PASSWORD@HOST:PORT/DB); "
          "'epochstream catalog serve' answers Catalog(\"tcp://HOST:PORT\") clients "
          "(--catalog tcp://HOST:PORT, $EPOCHSTREAM_CATALOG, the Spark option catalog) on "
          "other machines, over either store.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+    short_help="The catalog: init, migrate, or serve it to other machines.")
 
-_LOCATION = typer.Argument(
-    None, metavar="LOCATION",
+Location = Annotated[Optional[str], typer.Argument(
+    metavar="LOCATION",
     help="A catalog directory or .sqlite file, or postgresql://USER:PASSWORD@HOST:PORT/DB "
          "(libpq's PGPASSWORD etc. fill in what it leaves out); default: $EPOCHSTREAM_CATALOG, "
-         "else ./.epochstream/catalog.sqlite.")
+         "else ./.epochstream/catalog.sqlite.")]
+"""The catalog ``init`` and ``migrate`` work on (default ``None``)."""
 
 
-@catalog_app.command(
+@app.command(
     "init", short_help="Create a catalog (SQLite or PostgreSQL) at the current schema.",
     help="Create the catalog at LOCATION with the current schema version, or report that it "
          "is there already (an older one is migrated in place, as 'migrate' does). Prints "
          "'catalog LOCATION: schema version N (...)'. Exit status 0, 1 if the catalog cannot be "
          "created (a wrong password, a missing database, a newer schema: one line says which), "
          "2 for a location that is not a catalog (a tcp:// service, an unknown URL scheme).")
-def init_command(location: Optional[str] = _LOCATION) -> None:
+def init_command(location: Location = None) -> None:
     init(location, create=True)
 
 
-@catalog_app.command(
+@app.command(
     "migrate", short_help="Upgrade an existing catalog to the current schema, in place.",
     help="Bring the catalog at LOCATION to the current schema version, keeping every row; "
          "refuses to create one (status 2 when there is none). Exit status 0, 1 if it cannot "
          "be opened or is newer than this version, 2 for bad usage.")
-def migrate_command(location: Optional[str] = _LOCATION) -> None:
+def migrate_command(location: Location = None) -> None:
     init(location, create=False)
 
 
@@ -74,27 +72,21 @@ def init(location: Optional[str], *, create: bool) -> None:
     from ..catalog.api import resolve_path
 
     raw = location if location is not None else None
-    try:
+    with exit_on_errors(status=EXIT_USAGE):
         kind = location_kind(raw if raw is not None else (os.environ.get(ENV_VAR) or ""))
-    except EpochstreamError as e:
-        raise fail(str(e), EXIT_USAGE) from None
     if kind == "tcp":
         raise fail("a catalog service creates and migrates its own database: run 'epochstream "
                    "catalog init' where it runs, on its --db", EXIT_USAGE)
-    try:
+    with exit_on_errors():
         before = schema_version(raw)
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     if before is None and not create:
         where = raw if raw is not None else str(default_catalog_path())
         if kind == "sqlite":
             where = str(resolve_path(where))
         raise fail(f"no catalog at {where}: nothing to migrate", EXIT_USAGE,
                    hint="create one with: epochstream catalog init LOCATION")
-    try:
+    with exit_on_errors():
         cat = SqlCatalog(raw)
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     try:
         from ..catalog import SCHEMA_VERSION
         if before is None:
@@ -109,7 +101,7 @@ def init(location: Optional[str], *, create: bool) -> None:
         cat.close()
 
 
-@catalog_app.command(
+@app.command(
     "serve", short_help="Serve a catalog (SQLite or PostgreSQL) to other machines.",
     help="Serve the catalog --db on --bind until SIGINT or SIGTERM. Clients open it with "
          "Catalog(\"tcp://HOST:PORT\") or --catalog tcp://HOST:PORT; their partitions are "
@@ -161,18 +153,14 @@ def serve(db: Optional[str], bind: str, key: Optional[str] = None,
     security = None
     if key is not None:
         from ..security import Security
-        try:
+        with exit_on_errors(usage=(ValueError,)):
             security = Security.curve(server_secret=key, allow=allow)
-        except ValueError as e:
-            raise fail(str(e), EXIT_USAGE) from None
-    try:
-        server = CatalogServer(db, bind, security=security)
-    except zmq.ZMQError as e:
-        raise fail(f"cannot bind the catalog service to {bind}: {e}",
-                   hint="pass --bind tcp://HOST:PORT with a free port, or PORT * for any") from None
-    except EpochstreamError as e:
-        raise fail(str(e), hint=f"pass --db PATH (the environment variable {ENV_VAR} names a "
-                                "URL or an unusable path)" if db is None else None) from None
+    with exit_on_errors(hint=f"pass --db PATH (the environment variable {ENV_VAR} names a URL "
+                             "or an unusable path)" if db is None else None):
+        try:
+            server = CatalogServer(db, bind, security=security)
+        except zmq.ZMQError as e:
+            raise cannot_bind("the catalog service", bind, e) from None
     with until_signal() as stop:
         try:
             server.start()

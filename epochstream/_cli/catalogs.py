@@ -5,27 +5,21 @@ that does not answer ends the command (status 1)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
-from typing import Iterator, Optional
-
-import typer
+from typing import Optional
 
 from ..catalog import DEFAULT_FILE, ENV_VAR, Catalog, default_catalog_path, location_kind
-from ..errors import EpochstreamError, TopicNotFound
+from .errors import exit_on_errors
 from .output import EXIT_USAGE, fail
 
-__all__ = ["open_catalog", "catalog_file", "open_existing_catalog", "unknown_topic",
-           "given_catalog", "catalog_errors"]
+__all__ = ["open_catalog", "catalog_file", "open_existing_catalog", "given_catalog"]
 
 
 def open_catalog(path: Optional[str]) -> Catalog:
     """Open (or create) the catalog at ``path``; a catalog error ends the command (status 1)."""
-    try:
+    with exit_on_errors():
         return Catalog(path)
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
 
 
 def given_catalog(path: Optional[str]) -> Optional[str]:
@@ -70,34 +64,5 @@ def open_existing_catalog(path: Optional[str]) -> Catalog:
 def _is_url(location: str) -> bool:
     """Whether ``location`` is a URL other than ``sqlite://`` (a service or a database, which
     exists or not by itself); an unknown scheme ends the command (status 2)."""
-    try:
+    with exit_on_errors(status=EXIT_USAGE):
         return location_kind(location) != "sqlite"
-    except EpochstreamError as e:
-        raise fail(str(e), EXIT_USAGE) from None
-
-
-def unknown_topic(cat: Catalog, e: TopicNotFound, waited: float = 0.0,
-                  can_wait: bool = True) -> typer.Exit:
-    """Report a topic missing from ``cat`` (after ``waited`` seconds of ``--wait``), with the
-    topics it has; return the Exit (status 2) to raise. ``can_wait``: the command has
-    ``--wait`` (then the hint mentions it)."""
-    known = ", ".join(e.existing) if e.existing else "none"
-    after = f"; waited {waited:g} s" if waited > 0 else ""
-    hint = (f"if its publisher uses another catalog, pass --catalog PATH (or set ${ENV_VAR})"
-            + ("" if waited > 0 or not can_wait
-               else "; to wait for the topic to appear, pass --wait SECONDS"))
-    return fail(f"unknown topic {e.topic!r} in catalog {cat.where} (existing topics: {known})"
-                f"{after}", EXIT_USAGE, hint=hint)
-
-
-@contextlib.contextmanager
-def catalog_errors(cat: Catalog) -> Iterator[None]:
-    """What a command that reads or changes one topic does with the catalog's errors raised in
-    the block: an unknown topic ends it with :func:`unknown_topic` (status 2), any other
-    :class:`~epochstream.errors.EpochstreamError` with its message (status 1)."""
-    try:
-        yield
-    except TopicNotFound as e:
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except EpochstreamError as e:
-        raise fail(str(e)) from None

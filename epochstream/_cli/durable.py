@@ -1,12 +1,13 @@
-"""Durable subscriptions on the command line: ``epochstream durable ls`` (the table),
-``durable reset`` (re-arm at a position, saying which epochs that skips or delivers again, like
-Materialize's ``RESET``) and ``durable drop``."""
+"""``epochstream durable ls|reset|drop``: durable subscriptions as a typer sub-app — ``ls``
+(the table, consumer groups' rows too), ``reset`` (re-arm at a position, saying which epochs
+that skips or delivers again, like Materialize's ``RESET``) and ``drop``."""
 
 from __future__ import annotations
 
 import time
 from typing import Any, Optional
 
+import typer
 from rich.markup import escape
 from rich.table import Table
 
@@ -15,13 +16,131 @@ from ..catalog.history import DurableInfo, position_available
 from ..errors import EpochstreamError, HistoryUnavailable
 from ..frontier import Antichain
 from ..history import History
+from .catalogs import open_existing_catalog
+from .errors import bad_value, exit_on_errors
 from .formats import fmt_seconds
-from .output import EXIT_ERROR, EXIT_USAGE, fail
-from .positions import fmt_position, fmt_times, parse_position
+from .group_views import group_durable_json, group_durable_rows, group_units, print_stopped
+from .output import EXIT_ERROR, EXIT_USAGE, err, fail, out
+from .params import CatalogToChange, CatalogToRead, Name, Topic, TopicOrAll, new_app
+from .positions import TIME_HELP, fmt_position, fmt_times, parse_position
 from .tail_output import dumps
 
-__all__ = ["STATE_STYLE", "holder_text", "durables_table", "durable_json", "find_durable",
+__all__ = ["app", "STATE_STYLE", "holder_text", "durables_table", "durable_json", "find_durable",
            "refuse_if_held", "reset_target", "reset_report"]
+
+DURABLE_STATUS_HELP = (
+    "Exit status:\n\n\b\n"
+    "  0    done\n"
+    "  1    refused: a live subscriber holds it (see --force); other errors\n"
+    "  2    bad usage; no catalog at the path; unknown topic or name; a position\n"
+    "       that is not retained\n"
+)
+
+app = new_app(
+    "durable",
+    help="List, reset and drop durable subscriptions: positions the catalog holds for "
+         "subscribers created with durable=NAME (or epochstream tail --durable NAME).",
+    short_help="List, reset and drop durable subscriptions.",
+    epilog=DURABLE_STATUS_HELP)
+
+
+@app.command(
+    "ls", short_help="List durable subscriptions and their positions.",
+    help="List the durable subscriptions (of TOPIC, or of every topic): the acked position "
+         "(every epoch not at or beyond it was acked), epochs acked out of order beyond it, "
+         "the state (active, or expired: retention deleted epochs it had not acked), who holds "
+         "it and whether that process still runs, and when it last acked. Consumer groups are "
+         "listed too, as group:NAME: their position is their acked frontier, their holder the "
+         "workers with live leases (epochstream group ls shows more).",
+    epilog=DURABLE_STATUS_HELP)
+def durable_ls(
+    topic: TopicOrAll = None,
+    catalog: CatalogToRead = None,
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="Print one JSON object per durable subscription (\"kind\": \"durable\") or "
+             "consumer group (\"kind\": \"group\")."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    with exit_on_errors(cat):
+        if topic is not None:
+            cat.lookup(topic)
+        found = cat.durables(topic)
+        groups = [(g, group_units(cat, g.topic, g.name)) for g in cat.groups(topic)]
+    console = out()
+    if as_json:
+        for d in found:
+            console.print(durable_json(d), soft_wrap=True, markup=False)
+        for g, units in groups:
+            console.print(group_durable_json(g, units), soft_wrap=True, markup=False)
+        return
+    where = f"topic {topic!r} in catalog {cat.where}" if topic else f"catalog {cat.where}"
+    if not found and not groups:
+        console.print(escape(f"no durable subscriptions in {where}"), soft_wrap=True)
+        return
+    what = "durable subscriptions and consumer groups" if groups else "durable subscriptions"
+    console.print(escape(f"{what} in {where}"), soft_wrap=True)
+    table = durables_table(cat, found)
+    group_durable_rows(cat, table, groups)
+    console.print(table)
+    for d in found:
+        if d.state == "expired":
+            err().print(escape(f"{d.name!r} of {d.topic!r} expired: {d.reason}; to go on from "
+                               f"what is retained: epochstream durable reset {d.topic} {d.name}"),
+                        soft_wrap=True)
+    print_stopped(g for g, _ in groups)
+
+
+@app.command(
+    "reset", short_help="Move a durable subscription to another position.",
+    help="Move the durable subscription NAME of TOPIC to --to (default: earliest, everything "
+         "retained), active again and free, and say which epochs that skips (at or beyond the "
+         "old position, not at or beyond the new one) or delivers again, like Materialize's "
+         "RESET. Epochs acked out of order are forgotten. Refused while a live subscriber "
+         "holds it, unless --force.",
+    epilog=DURABLE_STATUS_HELP)
+def durable_reset(
+    topic: Topic,
+    name: Name,
+    to: str = typer.Option(
+        "earliest", "--to", metavar="POSITION", show_default=False,
+        help="earliest (default: everything retained), latest (the first epochs not complete "
+             f"yet) or {TIME_HELP}."),
+    catalog: CatalogToChange = None,
+    force: bool = typer.Option(False, "--force", "-f",
+                               help="Reset it even while a live subscriber holds it."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    with exit_on_errors(cat):
+        order, d = _to_change(cat, topic, name, "reset", force)
+        new = reset_target(cat, topic, order, to)
+        lines = reset_report(cat, d, order, new)
+        cat.durable_reset(topic, name, list(new))
+    console = out()
+    for line in lines:
+        console.print(escape(line), soft_wrap=True)
+
+
+@app.command(
+    "drop", short_help="Delete a durable subscription.",
+    help="Delete the durable subscription NAME of TOPIC: its position is forgotten and "
+         "retention no longer waits for it. Refused while a live subscriber holds it, unless "
+         "--force.",
+    epilog=DURABLE_STATUS_HELP)
+def durable_drop(
+    topic: Topic,
+    name: Name,
+    catalog: CatalogToChange = None,
+    force: bool = typer.Option(False, "--force", "-f",
+                               help="Drop it even while a live subscriber holds it."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    with exit_on_errors(cat):
+        order, d = _to_change(cat, topic, name, "drop", force)
+        cat.durable_drop(topic, name)
+    out().print(escape(f"dropped durable subscription {name!r} of topic {topic!r} (it was at "
+                       f"{fmt_position(order, d.position)})"), soft_wrap=True)
+
 
 #: The colour of each durable subscription state in the table.
 STATE_STYLE = {"active": "green", "expired": "red"}
@@ -86,6 +205,18 @@ def find_durable(cat: Catalog, topic: str, name: str) -> DurableInfo:
     return d
 
 
+def _to_change(cat: Catalog, topic: str, name: str, verb: str,
+               force: bool) -> tuple[Any, DurableInfo]:
+    """The order of ``topic`` and its durable subscription ``name``, which ``durable VERB``
+    changes: an unknown one ends the command (status 2), and one a live subscriber holds
+    (status 1) unless ``force``."""
+    order = cat.lookup(topic).order
+    d = find_durable(cat, topic, name)
+    if not force:
+        refuse_if_held(d, verb)
+    return order, d
+
+
 def refuse_if_held(d: DurableInfo, verb: str) -> None:
     """End the command (status 1) if a live subscriber holds ``d`` (``--force`` skips this)."""
     if d.holder is not None and d.holder_alive:
@@ -100,10 +231,8 @@ def reset_target(cat: Catalog, topic: str, order: Any, to: str) -> tuple[Any, ..
     ``latest`` (the first epochs not complete yet: the logs' merged lower frontier; ``[]`` for
     a finished stream) or a time/frontier, which must still be retained. A position that cannot
     be served ends the command (status 2)."""
-    try:
+    with bad_value(f"--to {to!r}"):
         value, frontier = parse_position(order, to, allow=("earliest", "latest"))
-    except ValueError as e:
-        raise fail(f"bad --to {to!r}: {e}", EXIT_USAGE) from None
     states = cat.history_states(topic)
     if value in ("earliest", "latest") and not states:
         raise fail(f"--to {value} needs the topic's history, and topic {topic!r} keeps none "

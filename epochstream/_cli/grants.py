@@ -11,49 +11,36 @@ topic pattern is an ``fnmatch`` pattern (``flights.*``). ``add`` creates the cat
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import EpochstreamError
 from ..security import OPERATIONS, check_grant, load_public
 from .catalogs import open_catalog, open_existing_catalog
+from .errors import exit_on_errors
 from .output import EXIT_USAGE, err, fail, out
+from .params import CatalogToChange, CatalogToRead, CatalogToWrite, new_app
 from .tail_output import dumps
 
-__all__ = ["grant_app"]
+__all__ = ["app"]
 
-grant_app = typer.Typer(
-    name="grant",
+app = new_app(
+    "grant",
     help="Who may subscribe to which topics: grants (principal, topic pattern, operation) in "
          "the catalog, checked by publishers started with security=Security.curve(...): "
          "docs/security.md.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+    short_help="Who may subscribe to which topics: grant add|revoke|ls.")
 
 _OPS = ", ".join(OPERATIONS)
-
-
-def _catalog_option(what: str) -> Any:
-    return typer.Option(
-        None, "--catalog", "-c", metavar="PATH",
-        help=f"Catalog directory or .sqlite file {what}, or a catalog service's URL "
-             f"tcp://HOST:PORT (default: $EPOCHSTREAM_CATALOG, else "
-             f"./.epochstream/catalog.sqlite).")
 
 
 def _principal(value: str) -> str:
     """A principal as given, or the public key of the certificate file at that path."""
     if value != "*" and Path(value).expanduser().is_file():
-        try:
+        with exit_on_errors(usage=(ValueError,)):
             return load_public(Path(value).expanduser(), "PRINCIPAL")
-        except ValueError as e:
-            raise fail(str(e), EXIT_USAGE) from None
     return value
 
 
@@ -63,7 +50,7 @@ def _op(value: Optional[str]) -> Optional[str]:
     return value
 
 
-@grant_app.command(
+@app.command(
     "add", short_help="Let PRINCIPAL subscribe to (--op) the topics matching PATTERN.",
     help="Grant PRINCIPAL (a public key in Z85, a certificate name of the publisher's allow "
          "directory, '*' for any authenticated client, or a certificate file whose public key "
@@ -75,24 +62,20 @@ def grant_add(
     pattern: str = typer.Argument(..., metavar="PATTERN"),
     op: str = typer.Option("subscribe", "--op", metavar="OP",
                            help=f"The operation: {_OPS} (admin implies the others)."),
-    catalog: Optional[str] = _catalog_option("to write"),
+    catalog: CatalogToWrite = None,
 ) -> None:
     who = _principal(principal)
     _op(op)
-    try:
+    with exit_on_errors(usage=(ValueError,)):
         check_grant(who, pattern, op)
-    except ValueError as e:
-        raise fail(str(e), EXIT_USAGE) from None
     cat = open_catalog(catalog)
-    try:
+    with exit_on_errors():
         g = cat.grant(who, pattern, op)
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     err().print(f"granted {escape(g.op)} on {escape(g.pattern)} to {escape(g.principal)} "
                 f"(catalog {escape(cat.where)})", soft_wrap=True)
 
 
-@grant_app.command(
+@app.command(
     "revoke", short_help="Delete PRINCIPAL's grants (all, or for PATTERN / --op).",
     help="Delete PRINCIPAL's grants: every one, or only those with exactly PATTERN and/or "
          "--op. Secured publishers drop the subscribers it no longer authorises within about "
@@ -104,23 +87,19 @@ def grant_revoke(
     pattern: Optional[str] = typer.Argument(None, metavar="[PATTERN]"),
     op: Optional[str] = typer.Option(None, "--op", metavar="OP",
                                      help=f"Only grants of this operation ({_OPS})."),
-    catalog: Optional[str] = _catalog_option("to change"),
+    catalog: CatalogToChange = None,
 ) -> None:
     who = _principal(principal)
     _op(op)
-    try:
+    with exit_on_errors(usage=(ValueError,)):
         check_grant(who, "*" if pattern is None else pattern, op or "admin")
-    except ValueError as e:
-        raise fail(str(e), EXIT_USAGE) from None
     cat = open_existing_catalog(catalog)
-    try:
+    with exit_on_errors():
         n = cat.revoke(who, pattern, op)
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     out().print(f"revoked {n} grant{'' if n == 1 else 's'}", soft_wrap=True)
 
 
-@grant_app.command(
+@app.command(
     "ls", short_help="List the grants (those that apply to TOPIC).",
     help="List the catalog's grants, or only those whose pattern matches TOPIC: principal, "
          "pattern, operation; --json writes one JSON object per line. Exit status 0, 2 for "
@@ -128,13 +107,11 @@ def grant_revoke(
 def grant_ls(
     topic: Optional[str] = typer.Argument(None, metavar="[TOPIC]"),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per grant and line."),
-    catalog: Optional[str] = _catalog_option("to read"),
+    catalog: CatalogToRead = None,
 ) -> None:
     cat = open_existing_catalog(catalog)
-    try:
+    with exit_on_errors():
         grants = cat.grants(topic)
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     console = out()
     if as_json:
         for g in grants:

@@ -1,104 +1,163 @@
-"""Consumer groups on the command line: ``epochstream group ls`` (the table), ``group info`` (one
-group: its definition, position and every unit it leases, acked or dead-lettered), ``group
-reset`` (re-activate a stopped group), ``group drop``, and the consumer groups' rows of
-``epochstream durable ls``.
-
-A group's unit of work is ``(time, bucket)``: a whole epoch (bucket ``-1``, written as the time
-alone) or, in ``key_shared`` mode, one bucket of an epoch (written ``3 (bucket 2)``).
-"""
+"""``epochstream group ls|info|reset|drop``: consumer groups as a typer sub-app — list them,
+show one with every unit it leases, re-activate a stopped one, delete one (what they show:
+:mod:`.group_views`)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Optional
 
+import typer
 from rich.markup import escape
-from rich.table import Table
 
 from ..catalog import Catalog
 from ..catalog.groups import GroupInfo
 from ..catalog.history import position_available
 from ..errors import HistoryUnavailable
 from ..history import History
-from .formats import fmt_time
-from .output import EXIT_ERROR, EXIT_USAGE, fail
+from .catalogs import open_existing_catalog
+from .errors import exit_on_errors
+from .group_views import (GroupUnit, group_json, group_units, groups_table, info_json,
+                          info_lines, print_stopped, process_text)
+from .output import EXIT_ERROR, EXIT_USAGE, fail, out
+from .params import CatalogToChange, CatalogToRead, Name, Topic, TopicOrAll, new_app
 from .positions import fmt_position
-from .tail_output import dumps
 
-__all__ = ["GroupUnit", "group_units", "fmt_unit", "find_group", "groups_table", "group_json",
-           "info_lines", "info_json", "refuse_if_leased", "reset_check", "group_durable_rows",
-           "group_durable_json", "stopped_notice", "STATE_STYLE"]
+__all__ = ["app", "find_group", "refuse_if_leased", "reset_check"]
 
-#: The colour of each group state in the tables.
-STATE_STYLE = {"active": "green", "stopped": "red"}
+GROUP_STATUS_HELP = (
+    "Exit status:\n\n\b\n"
+    "  0    done\n"
+    "  1    refused: workers hold live leases (see --force); other errors\n"
+    "  2    bad usage; no catalog at the path; unknown topic or group; a group\n"
+    "       whose position is no longer retained (reset)\n\n"
+    "Consumer groups: docs/consumers.md."
+)
 
-
-@dataclass(frozen=True)
-class GroupUnit:
-    """One stored unit of a group: ``time``, ``bucket`` (``None``: the whole epoch), ``state``
-    (``free``, ``leased``, ``acked``, ``dead``), ``deliveries``, the fencing ``token``, the
-    leasing ``worker`` and its process (``pid``, ``host``, ``alive``), ``deadline`` (the lease's
-    end, ``time.time()`` seconds), ``not_before`` (a nak's delay ends) and ``history``
-    (``[[worker, time.time()], ...]`` per delivery)."""
-
-    time: Any
-    bucket: Optional[int]
-    state: str
-    deliveries: int
-    token: int
-    worker: Optional[str]
-    pid: Optional[int]
-    host: Optional[str]
-    alive: bool
-    deadline: float
-    not_before: float
-
-    def live(self, now: float) -> bool:
-        """A lease that still holds: before its deadline, its worker's process running."""
-        return self.state == "leased" and self.deadline >= now and self.alive
-
-    def lapsed(self, now: float) -> bool:
-        """A lease row whose deadline passed or whose worker is gone: offered again at the
-        next fetch of any worker."""
-        return self.state == "leased" and not self.live(now)
+app = new_app(
+    "group",
+    help="List, inspect, reset and drop consumer groups: workers that share the epochs of a "
+         "topic with leases, acks and redelivery (epochstream.EpochGroup; docs/consumers.md).",
+    short_help="List, inspect, reset and drop consumer groups.",
+    epilog=GROUP_STATUS_HELP)
 
 
-def group_units(cat: Catalog, topic: str, name: str) -> list[GroupUnit]:
-    """Every unit the catalog stores for group ``name`` of ``topic`` (those at or beyond its
-    position: settled units behind it are forgotten), sorted by time and bucket.
+@app.command(
+    "ls", short_help="List consumer groups and their positions.",
+    help="List the consumer groups (of TOPIC, or of every topic): the mode, the position (the "
+         "acked frontier: every epoch not at or beyond it is acked or dead-lettered; - before "
+         "the first fetch), the units under a live lease (+N expired: leases whose deadline "
+         "passed or whose worker is gone, offered again at the next fetch), the units acked "
+         "and dead-lettered beyond the position (those behind it are settled and forgotten), "
+         "the state and why a stopped group stopped. A unit is an epoch, or one bucket of an "
+         "epoch in key_shared mode.",
+    epilog=GROUP_STATUS_HELP)
+def group_ls(
+    topic: TopicOrAll = None,
+    catalog: CatalogToRead = None,
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print one JSON object per consumer group."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    with exit_on_errors(cat):
+        if topic is not None:
+            cat.lookup(topic)
+        groups = [(g, group_units(cat, g.topic, g.name)) for g in cat.groups(topic)]
+    console = out()
+    if as_json:
+        for g, units in groups:
+            console.print(group_json(g, units), soft_wrap=True, markup=False)
+        return
+    where = f"topic {topic!r} in catalog {cat.where}" if topic else f"catalog {cat.where}"
+    if not groups:
+        console.print(escape(f"no consumer groups in {where}"), soft_wrap=True)
+        return
+    console.print(escape(f"consumer groups in {where}"), soft_wrap=True)
+    console.print(groups_table(cat, groups))
+    print_stopped(g for g, _ in groups)
 
-    :class:`~epochstream.catalog.groups.GroupInfo` names the leased units but not who holds
-    them or until when: :meth:`~epochstream.catalog.Catalog.group_epochs` has the rows."""
-    out = [GroupUnit(r.time, None if r.bucket < 0 else r.bucket, r.state, r.deliveries, r.token,
-                     r.worker, r.pid, r.host, r.alive, r.deadline, r.not_before)
-           for r in cat.group_epochs(topic, name)]
-    return sorted(out, key=lambda u: (_key(u.time), -1 if u.bucket is None else u.bucket))
+
+@app.command(
+    "info", short_help="Show a consumer group and every unit it leases.",
+    help="Show the consumer group NAME of TOPIC: its definition (mode, ack_wait, max_deliver, "
+         "dead_letter), position and state, every leased unit with its worker, that worker's "
+         "process (alive or gone), its deliveries and the seconds to its deadline, then the "
+         "units acked and dead-lettered beyond the position and those given back (nak) that "
+         "wait to be delivered again.",
+    epilog=GROUP_STATUS_HELP)
+def group_info(
+    topic: Topic,
+    name: Name,
+    catalog: CatalogToRead = None,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    with exit_on_errors(cat):
+        cat.lookup(topic)
+        g = find_group(cat, topic, name)
+        units = group_units(cat, topic, name)
+        shown = None if as_json else info_lines(cat, g, units)
+    console = out()
+    if shown is None:
+        console.print(info_json(g, units), soft_wrap=True, markup=False)
+        return
+    head, table, rest = shown
+    for line in head:
+        console.print(escape(line), soft_wrap=True)
+    if table.row_count:
+        console.print(table)
+    for line in rest:
+        console.print(escape(line), soft_wrap=True)
+    print_stopped([g])
 
 
-def _key(t: Any) -> tuple[Any, ...]:
-    return (sum(t), t) if isinstance(t, tuple) else (t,)
+@app.command(
+    "reset", short_help="Re-activate a stopped consumer group.",
+    help="Re-activate the consumer group NAME of TOPIC after it stopped (an epoch was "
+         "delivered max_deliver times without an ack and the group has no dead-letter topic): "
+         "its workers' fetches lease epochs again, at the group's position. Fix the cause "
+         "first. A group stopped because retention deleted epochs at or beyond its position "
+         "cannot go on from there: drop it instead.",
+    epilog=GROUP_STATUS_HELP)
+def group_reset(topic: Topic, name: Name, catalog: CatalogToChange = None) -> None:
+    cat = open_existing_catalog(catalog)
+    with exit_on_errors(cat):
+        order = cat.lookup(topic).order
+        g = find_group(cat, topic, name)
+        if g.state == "stopped":
+            reset_check(cat, g)
+            cat.group_reset(topic, name)
+    at = fmt_position(order, g.position)
+    if g.state != "stopped":
+        line = f"consumer group {name!r} of topic {topic!r} is {g.state} (at {at}): nothing to reset"
+    else:
+        line = (f"reset consumer group {name!r} of topic {topic!r} at {at}: active again (it "
+                f"had stopped: {g.reason})")
+    out().print(escape(line), soft_wrap=True)
 
 
-def fmt_unit(t: Any, bucket: Optional[int]) -> str:
-    """``3``, ``(3, 1)``, or ``3 (bucket 2)`` for a bucket of an epoch (``key_shared``)."""
-    return fmt_time(t) if bucket is None or bucket < 0 else f"{fmt_time(t)} (bucket {bucket})"
-
-
-def _units(units: list[GroupUnit]) -> str:
-    return ", ".join(fmt_unit(u.time, u.bucket) for u in units) or "-"
-
-
-def _order(cat: Catalog, topic: str, cache: dict[str, Any]) -> Any:
-    order = cache.get(topic)
-    if order is None:
-        order = cache[topic] = cat.lookup(topic).order
-    return order
-
-
-def _state(info: GroupInfo) -> str:
-    style = STATE_STYLE.get(info.state)
-    return f"[{style}]{info.state}[/{style}]" if style else escape(info.state)
+@app.command(
+    "drop", short_help="Delete a consumer group.",
+    help="Delete the consumer group NAME of TOPIC and its state (leases, acks, delivery "
+         "counts, position): a worker that opens it again starts a new group at the earliest "
+         "retained epoch. Refused while a worker holds a live lease, unless --force (the "
+         "workers' next fetch, ack or nak then fails).",
+    epilog=GROUP_STATUS_HELP)
+def group_drop(
+    topic: Topic,
+    name: Name,
+    catalog: CatalogToChange = None,
+    force: bool = typer.Option(False, "--force", "-f",
+                               help="Drop it even while workers hold live leases."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    with exit_on_errors(cat):
+        order = cat.lookup(topic).order
+        g = find_group(cat, topic, name)
+        if not force:
+            refuse_if_leased(g, group_units(cat, topic, name), "drop")
+        cat.group_drop(topic, name)
+    out().print(escape(f"dropped consumer group {name!r} of topic {topic!r} (it was at "
+                       f"{fmt_position(order, g.position)})"), soft_wrap=True)
 
 
 def find_group(cat: Catalog, topic: str, name: str) -> GroupInfo:
@@ -112,142 +171,13 @@ def find_group(cat: Catalog, topic: str, name: str) -> GroupInfo:
                hint=f"list them with: epochstream group ls {topic}")
 
 
-def _counts(units: list[GroupUnit], now: float) -> dict[str, int]:
-    return {"leased": sum(u.live(now) for u in units),
-            "expired": sum(u.lapsed(now) for u in units),
-            "acked": sum(u.state == "acked" for u in units),
-            "dead": sum(u.state == "dead" for u in units)}
-
-
-def groups_table(cat: Catalog, groups: list[tuple[GroupInfo, list[GroupUnit]]]) -> Table:
-    """The table of ``group ls``: topic, name, mode, position, the units leased (live leases;
-    ``+N expired``: leases whose deadline passed or whose worker is gone), acked and
-    dead-lettered beyond the position, state and the reason it stopped."""
-    now = time.time()
-    table = Table(show_lines=False)
-    for col in ("topic", "name", "mode", "position"):
-        table.add_column(col, overflow="fold")
-    for col in ("leased", "acked beyond", "dead beyond"):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("state", no_wrap=True)
-    table.add_column("reason", overflow="fold")
-    orders: dict[str, Any] = {}
-    for g, units in groups:
-        c = _counts(units, now)
-        leased = str(c["leased"]) + (f" (+{c['expired']} expired)" if c["expired"] else "")
-        table.add_row(escape(g.topic), escape(g.name), g.mode,
-                      fmt_position(_order(cat, g.topic, orders), g.position), leased,
-                      str(c["acked"]), str(c["dead"]), _state(g), escape(g.reason or "-"))
-    return table
-
-
-def _pos(position: Optional[tuple[Any, ...]]) -> Optional[list[Any]]:
-    return None if position is None else list(position)
-
-
-def group_json(g: GroupInfo, units: list[GroupUnit]) -> str:
-    """One JSON line for ``group ls --json``: the definition, position (``null`` before the
-    first fetch), state, reason, and the counts of the table."""
-    return dumps({"topic": g.topic, "name": g.name, "mode": g.mode, "ack_wait": g.ack_wait,
-                  "max_deliver": g.max_deliver, "dead_letter": g.dead_letter,
-                  "position": _pos(g.position), "state": g.state, "reason": g.reason,
-                  **_counts(units, time.time())})
-
-
-def _process(u: GroupUnit) -> str:
-    if u.pid is None:
-        return "-"
-    return f"pid {u.pid} on {u.host} ({'alive' if u.alive else 'gone'})"
-
-
-def _deadline(u: GroupUnit, now: float) -> str:
-    if not u.alive:
-        return "released: its worker is gone"
-    left = u.deadline - now
-    return f"in {left:.1f} s" if left >= 0 else f"passed {-left:.1f} s ago"
-
-
-def info_lines(cat: Catalog, g: GroupInfo, units: list[GroupUnit]) -> tuple[list[str], Table,
-                                                                              list[str]]:
-    """What ``group info`` prints: the lines before the table of leased units, the table, and
-    the lines after it."""
-    now = time.time()
-    order = cat.lookup(g.topic).order
-    state = g.state if g.reason is None else f"{g.state}: {g.reason}"
-    head = [f"consumer group {g.name!r} of topic {g.topic!r} in catalog {cat.where}",
-            f"  mode         {g.mode}",
-            f"  ack_wait     {g.ack_wait:g} s",
-            f"  max_deliver  {g.max_deliver}",
-            f"  dead_letter  {g.dead_letter or '-'}",
-            f"  position     {fmt_position(order, g.position)}",
-            f"  state        {state}"]
-    leased = [u for u in units if u.state == "leased"]
-    head.append(f"leased: {len(leased)} unit(s)" if leased else "leased: none")
-    table = Table(show_lines=False)
-    table.add_column("time", overflow="fold")
-    if g.mode == "key_shared":
-        table.add_column("bucket", justify="right", no_wrap=True)
-    table.add_column("worker", overflow="fold")
-    table.add_column("process", overflow="fold")
-    table.add_column("deliveries", justify="right", no_wrap=True)
-    table.add_column("deadline", no_wrap=True)
-    for u in leased:
-        cells = [fmt_time(u.time)]
-        if g.mode == "key_shared":
-            cells.append("-" if u.bucket is None else str(u.bucket))
-        cells += [escape(u.worker or "-"), escape(_process(u)), str(u.deliveries),
-                  _deadline(u, now)]
-        table.add_row(*cells)
-    tail = [f"acked beyond the position: {_units([u for u in units if u.state == 'acked'])}",
-            f"dead-lettered beyond the position: "
-            f"{_units([u for u in units if u.state == 'dead'])}"]
-    # units that used up max_deliver: they stopped the group, or the next fetch dead-letters
-    # them (or stops it); a live lease on its last delivery may still be acked
-    exhausted = [u for u in units if u.state in ("free", "leased")
-                 and u.deliveries >= g.max_deliver and (g.state == "stopped" or not u.live(now))]
-    if exhausted:
-        tail.append(f"delivered max_deliver={g.max_deliver} time(s) without an ack: "
-                    f"{_units(exhausted)}")
-    waiting = [u for u in units if u.state == "free" and u not in exhausted]  # given back
-    if waiting:
-        tail.append("given back, to be delivered again: " + ", ".join(
-            f"{fmt_unit(u.time, u.bucket)} (delivered {u.deliveries} time(s)"
-            + (f", not before {u.not_before - now:.1f} s" if u.not_before > now else "")
-            + ")"
-            for u in waiting))
-    return head, table, tail
-
-
-def _unit_json(u: GroupUnit, now: float) -> dict[str, Any]:
-    obj: dict[str, Any] = {"time": u.time, "bucket": u.bucket, "deliveries": u.deliveries}
-    if u.state == "leased":
-        obj.update(worker=u.worker, pid=u.pid, host=u.host, worker_alive=u.alive,
-                   token=u.token, deadline=u.deadline,
-                   seconds_left=round(u.deadline - now, 3), live=u.live(now))
-    elif u.state == "free":
-        obj["not_before"] = u.not_before
-    return obj
-
-
-def info_json(g: GroupInfo, units: list[GroupUnit]) -> str:
-    """The JSON object of ``group info --json``."""
-    now = time.time()
-    by = {s: [_unit_json(u, now) for u in units if u.state == s]
-          for s in ("leased", "acked", "dead", "free")}
-    return dumps({"topic": g.topic, "name": g.name, "mode": g.mode, "ack_wait": g.ack_wait,
-                  "max_deliver": g.max_deliver, "dead_letter": g.dead_letter,
-                  "position": _pos(g.position), "state": g.state, "reason": g.reason,
-                  "leased": by["leased"], "acked": by["acked"], "dead": by["dead"],
-                  "waiting": by["free"]})
-
-
 def refuse_if_leased(g: GroupInfo, units: list[GroupUnit], verb: str) -> None:
     """End the command (status 1) if a worker holds a live lease of ``g`` (``--force`` skips
     this)."""
     now = time.time()
     live = [u for u in units if u.live(now)]
     if live:
-        workers = sorted({f"{u.worker} ({_process(u)})" for u in live})
+        workers = sorted({f"{u.worker} ({process_text(u)})" for u in live})
         raise fail(f"consumer group {g.name!r} of topic {g.topic!r} has {len(live)} live "
                    f"lease(s), held by {', '.join(workers)}", EXIT_ERROR,
                    hint=f"stop its workers first, or pass --force to {verb} it anyway")
@@ -271,36 +201,3 @@ def reset_check(cat: Catalog, g: GroupInfo) -> None:
                    f"group's position", EXIT_USAGE,
                    hint=f"drop it (epochstream group drop {g.topic} {g.name}); the next worker "
                         f"creates it again at the earliest retained epoch")
-
-
-def group_durable_rows(cat: Catalog, table: Table,
-                       groups: list[tuple[GroupInfo, list[GroupUnit]]]) -> None:
-    """Add the consumer groups' rows to the table of ``durable ls`` (its columns: topic, name,
-    position, acked beyond, state, holder, last ack): name ``group:NAME``, the units acked
-    beyond the position, the workers holding live leases; groups keep no last-ack time."""
-    now = time.time()
-    orders: dict[str, Any] = {}
-    for g, units in groups:
-        live = [u for u in units if u.live(now)]
-        workers = {u.worker for u in live}
-        holder = f"{len(live)} lease(s), {len(workers)} worker(s)" if live else "-"
-        table.add_row(escape(g.topic), escape(f"group:{g.name}"),
-                      fmt_position(_order(cat, g.topic, orders), g.position),
-                      _units([u for u in units if u.state == "acked"]), _state(g),
-                      escape(holder), "-")
-
-
-def group_durable_json(g: GroupInfo, units: list[GroupUnit]) -> str:
-    """One JSON line of ``durable ls --json`` for a consumer group (``"kind": "group"``)."""
-    now = time.time()
-    return dumps({"kind": "group", "topic": g.topic, "name": g.name, "mode": g.mode,
-                  "position": _pos(g.position),
-                  "acked": sorted({u.time for u in units if u.state == "acked"}, key=_key),
-                  "state": g.state, "reason": g.reason,
-                  "leased": sum(u.live(now) for u in units)})
-
-
-def stopped_notice(g: GroupInfo) -> str:
-    """The stderr line that follows a table listing the stopped group ``g``."""
-    return (f"consumer group {g.name!r} of {g.topic!r} stopped: {g.reason}; once the cause is "
-            f"fixed: epochstream group reset {g.topic} {g.name}")

@@ -1,28 +1,68 @@
-"""Durable history on the command line: ``epochstream history`` (the retained epochs of a topic,
-read from its epoch logs with no live publisher) and the deletion of a dropped topic's logs."""
+"""``epochstream history TOPIC``: the retained epochs of a topic, read from its epoch logs with
+no live publisher."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
 from rich.markup import escape
-from rich.text import Text
 
 from ..catalog import Catalog
-from ..catalog.history import HistoryState
-from ..errors import EpochstreamError, HistoryCorrupt, HistoryUnavailable, TopicNotFound
+from ..errors import EpochstreamError, HistoryUnavailable
 from ..history import History
-from .catalogs import catalog_errors, unknown_topic
-from .formats import fmt_bytes, fmt_time, fmt_when
-from .output import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, err, fail
-from .positions import fmt_position, parse_position
-from .tail_output import TailWriter, dumps, rows, stdout_to_devnull
+from .catalogs import open_existing_catalog
+from .errors import bad_value, exit_on_errors, stream_errors
+from .formats import fmt_bytes, fmt_when
+from .output import EXIT_USAGE, err, fail
+from .params import CatalogToRead, Records, Topic
+from .positions import TIME_HELP, fmt_position, parse_position
+from .tail_output import TailWriter
 
-__all__ = ["HistoryWriter", "print_history", "no_history", "DeletedLog", "delete_logs"]
+__all__ = ["commands", "history", "HistoryWriter", "print_history", "no_history"]
+
+HISTORY_STATUS_HELP = (
+    "Exit status:\n\n\b\n"
+    "  0    every retained epoch asked for was printed\n"
+    "  1    a segment failed its checksum (HistoryCorrupt); other errors\n"
+    "  2    bad usage; no catalog at the path; unknown topic; the topic keeps no\n"
+    "       history; --since older than the retained history\n"
+    "  130  interrupted (Ctrl-C)\n\n"
+    "Durable history: docs/history.md."
+)
+
+commands = typer.Typer()
+"""The command this module adds to the main app."""
+
+
+@commands.command(
+    short_help="Print the retained epochs of a topic from its epoch logs.",
+    help="Print the complete epochs of TOPIC that its epoch logs retain, read from disk with no "
+         "live publisher: one line per epoch (time, records, payload bytes, when it "
+         "completed), in an order consistent with the topic's order. --since is inclusive "
+         "(epochs at or beyond it), --until exclusive (epochs not at or beyond it). Data goes "
+         "to stdout, the header and summary to stderr. Only topics published with retention "
+         "keep history.",
+    epilog=HISTORY_STATUS_HELP,
+)
+def history(
+    topic: Topic,
+    catalog: CatalogToRead = None,
+    since: Optional[str] = typer.Option(
+        None, "--since", metavar="POSITION", show_default=False,
+        help=f"Only epochs at or beyond POSITION: earliest (default) or {TIME_HELP}."),
+    until: Optional[str] = typer.Option(
+        None, "--until", metavar="POSITION", show_default=False,
+        help="Only epochs not at or beyond POSITION (default: every retained epoch)."),
+    records: Records = False,
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="Print JSON lines instead: one object per epoch {time, records, bytes, "
+             "completed_at}, or with --records one per record {time, record}."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    print_history(cat, topic, since, until, HistoryWriter(as_json=as_json, records=records))
 
 
 class HistoryWriter(TailWriter):
@@ -35,20 +75,8 @@ class HistoryWriter(TailWriter):
     def history_epoch(self, time_: Any, records: Any, n: int, nbytes: Any,
                       completed_at: Optional[float]) -> None:
         """Write one retained epoch: its line (or JSON object), then its records if asked."""
-        if self.as_json:
-            if self.records:
-                for r in rows(records):
-                    self._line(dumps({"time": time_, "record": r}))
-            else:
-                self._line(dumps({"time": time_, "records": n, "bytes": nbytes,
-                                  "completed_at": completed_at}))
-            return
-        rest = f"  {n:>10}  {fmt_bytes(nbytes):>12}  {fmt_when(completed_at):>19}"
-        t = f"{fmt_time(time_):>16}"
-        self._line(Text.assemble((t, "bold cyan"), rest) if self.console is not None else t + rest)
-        if self.records:
-            for r in rows(records):
-                self._line(f"  {dumps(r)}")
+        self.write(time_, records, {"records": n, "bytes": nbytes, "completed_at": completed_at},
+                   f"  {n:>10}  {fmt_bytes(nbytes):>12}  {fmt_when(completed_at):>19}")
 
 
 def no_history(topic: str) -> typer.Exit:
@@ -70,7 +98,7 @@ def print_history(cat: Catalog, topic: str, since: Optional[str], until: Optiona
     """Print the retained epochs of ``topic`` at or beyond ``since`` and not at or beyond
     ``until`` (command-line texts, ``None``: no bound), then a summary on stderr."""
     console = err()
-    with catalog_errors(cat):
+    with exit_on_errors(cat):
         hist = History(topic, catalog=cat)
     order = hist.order
     since_v, since_f = _option(order, "--since", since, ("earliest",))
@@ -94,33 +122,28 @@ def print_history(cat: Catalog, topic: str, since: Optional[str], until: Optiona
     if not writer.as_json:
         console.print(HistoryWriter.HEADER, soft_wrap=True)
     totals = _Totals()
-    try:
+    with stream_errors(cat, lambda: totals.epochs, can_wait=False, others=(),
+                       explain=lambda e: _not_retained(order, e)):
         for epoch in hist.epochs(since=since_v, until=until_v):
             n = len(epoch)
             writer.history_epoch(epoch.time, epoch.records, n, epoch.nbytes, epoch.first_seen)
             totals.epochs += 1
             totals.records += n
             totals.bytes += epoch.nbytes
-    except BrokenPipeError:
-        stdout_to_devnull()  # the reader went away (| head): a normal end, quietly
-        raise typer.Exit(EXIT_OK) from None
-    except KeyboardInterrupt:
-        console.print(f"interrupted after {totals.epochs} epoch(s)")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except TopicNotFound as e:  # dropped meanwhile
-        raise unknown_topic(cat, e, can_wait=False) from None
-    except HistoryUnavailable as e:
-        hint = None
-        if e.retained is not None:
-            hint = (f"omit --since to read everything retained (since "
-                    f"{fmt_position(order, e.retained)}), or pass a later --since")
-        raise fail(str(e), EXIT_USAGE, hint=hint) from None
-    except HistoryCorrupt as e:
-        raise fail(f"HistoryCorrupt: {e} (after {totals.epochs} epoch(s))") from None
-    except EpochstreamError as e:
-        raise fail(f"{type(e).__name__}: {e} (after {totals.epochs} epoch(s))") from None
     console.print(f"{totals.epochs} epoch(s), {totals.records} record(s), "
                   f"{fmt_bytes(totals.bytes)}", soft_wrap=True)
+
+
+def _not_retained(order: Any, e: EpochstreamError) -> Optional[typer.Exit]:
+    """The Exit (status 2) for epochs asked for that are no longer retained (``None`` for
+    another error)."""
+    if not isinstance(e, HistoryUnavailable):
+        return None
+    hint = None
+    if e.retained is not None:
+        hint = (f"omit --since to read everything retained (since "
+                f"{fmt_position(order, e.retained)}), or pass a later --since")
+    return fail(str(e), EXIT_USAGE, hint=hint)
 
 
 def _option(order: Any, flag: str, text: Optional[str],
@@ -129,45 +152,5 @@ def _option(order: Any, flag: str, text: Optional[str],
     ends the command (status 2)."""
     if text is None:
         return None, None
-    try:
+    with bad_value(f"{flag} {text!r}"):
         return parse_position(order, text, allow=allow)
-    except ValueError as e:
-        raise fail(f"bad {flag} {text!r}: {e}", EXIT_USAGE) from None
-
-
-@dataclass(frozen=True)
-class DeletedLog:
-    """A partition log directory :func:`delete_logs` removed: its segment files and bytes, and
-    ``kept`` — other files found there, left in place (the directory then stays)."""
-
-    partition: int
-    dir: str
-    segments: int
-    bytes: int
-    kept: tuple[str, ...]
-
-
-def delete_logs(states: dict[int, HistoryState]) -> list[DeletedLog]:
-    """Delete the segment files (``*.eslog``) of each partition log in ``states`` (read from the
-    catalog *before* the topic was dropped), then the directory and its parent (the topic's
-    directory) if that left them empty. Never deletes anything but segment files."""
-    out = []
-    for p, state in sorted(states.items()):
-        d = Path(state.dir)
-        n = nbytes = 0
-        kept: list[str] = []
-        if d.is_dir():
-            for f in sorted(d.iterdir()):
-                if f.suffix == ".eslog" and f.is_file():
-                    nbytes += f.stat().st_size
-                    f.unlink()
-                    n += 1
-                else:
-                    kept.append(f.name)
-            for directory in (d, d.parent):
-                try:
-                    os.rmdir(directory)
-                except OSError:  # not empty (kept files, other partitions) or gone
-                    break
-        out.append(DeletedLog(p, str(d), n, nbytes, tuple(kept)))
-    return out

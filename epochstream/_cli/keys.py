@@ -18,19 +18,17 @@ import typer
 from rich.markup import escape
 
 from ..security import ENV_KEYS, load_keypair
+from .errors import exit_on_errors
 from .output import EXIT_USAGE, err, fail, out
+from .params import new_app
 
-__all__ = ["keys_app", "generate"]
+__all__ = ["app", "generate"]
 
-keys_app = typer.Typer(
-    name="keys",
+app = new_app(
+    "keys",
     help="CURVE key pairs (ZeroMQ certificates) for Publisher(security=...) and "
          "Subscriber(security=...): docs/security.md.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+    short_help="CURVE key pairs: keys generate DIR NAME.")
 
 
 def generate(directory: Path, name: str) -> str:
@@ -56,7 +54,7 @@ def generate(directory: Path, name: str) -> str:
     return public
 
 
-@keys_app.command(
+@app.command(
     "generate", short_help="Write a new key pair DIR/NAME.key and DIR/NAME.key_secret.",
     help="Write a new CURVE key pair with pyzmq's zmq.auth.create_certificates: DIR/NAME.key "
          "(the public key: hand it to the other side, e.g. into a publisher's allow "
@@ -75,12 +73,8 @@ def generate_command(
         directory, name = Path(os.environ[ENV_KEYS]), str(directory)  # "keys generate NAME"
     if directory is None or name is None:
         raise fail(f"give DIR and NAME (or set ${ENV_KEYS} and give NAME)", EXIT_USAGE)
-    try:
+    with exit_on_errors(usage=(ValueError,), others=(OSError,)):
         public = generate(directory.expanduser(), name)
-    except ValueError as e:
-        raise fail(str(e), EXIT_USAGE) from None
-    except (OSError, FileExistsError) as e:
-        raise fail(str(e)) from None
     out().print(escape(public), soft_wrap=True)
     err().print(f"wrote {escape(str(directory / (name + '.key')))} (public) and "
                 f"{escape(str(directory / (name + '.key_secret')))} (secret)", soft_wrap=True)

@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..catalog import Catalog, PartitionInfo, TopicInfo
 from ..errors import EpochstreamError, TopicNotFound
-from .catalogs import unknown_topic
+from .errors import unknown_topic
 from .formats import fmt_when
 from .output import EXIT_CLOSED, EXIT_ERROR, err, fail
 

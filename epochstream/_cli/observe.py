@@ -19,58 +19,54 @@ import json
 import os
 import sys
 import time
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import EpochstreamError
 from .catalogs import open_existing_catalog
+from .errors import exit_on_errors
 from .output import EXIT_USAGE, err, fail, out, until_signal
+from .params import CatalogToRead, new_app
 
-__all__ = ["metrics_app", "health", "top"]
+__all__ = ["app", "commands", "serve_command", "health", "top"]
 
-metrics_app = typer.Typer(
-    name="metrics",
+app = new_app(
+    "metrics",
     help="Metrics of a catalog for Prometheus: 'epochstream metrics serve --catalog C --bind "
          "tcp://HOST:PORT' serves /metrics (Prometheus text format), /varz and /topicz (JSON) "
          "and /healthz. Needs the metrics extra: pip install 'epochstream[metrics]'.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+    short_help="Serve a catalog's metrics for Prometheus: metrics serve --bind.")
 
-_CATALOG = typer.Option(
-    None, "--catalog", "-c", metavar="PATH",
-    help="Catalog directory or .sqlite file, postgresql://... URL, or tcp://HOST:PORT service "
-         "(default: $EPOCHSTREAM_CATALOG, else ./.epochstream/catalog.sqlite).")
+commands = typer.Typer()
+"""The commands this module adds to the main app: ``health`` and ``top``."""
 
 
-@metrics_app.command(
+@app.command(
     "serve", short_help="Serve /metrics, /varz, /topicz and /healthz over HTTP.",
     help="Serve the catalog's metrics over HTTP on --bind until SIGINT or SIGTERM: /metrics "
          "(Prometheus text format; each scrape reads the catalog once), /varz and /topicz "
          "(JSON), /healthz (200 when every topic is healthy, else 503). Readers' status "
          "(ok, warn, stall, stop, rewind) is judged over the scrapes of the last --window "
          "seconds. Prints 'metrics on http://HOST:PORT/metrics (catalog WHERE)' once it serves.")
-def serve_command(catalog: Optional[str] = _CATALOG,
+def serve_command(catalog: Annotated[Optional[str], typer.Option(
+                      "--catalog", "-c", metavar="PATH",
+                      help="Catalog directory or .sqlite file, postgresql://... URL, or "
+                           "tcp://HOST:PORT service (default: $EPOCHSTREAM_CATALOG, else "
+                           "./.epochstream/catalog.sqlite).")] = None,
                   bind: str = typer.Option("tcp://127.0.0.1:9464", "--bind", metavar="ENDPOINT",
                                            help="tcp://HOST:PORT to listen on (PORT may be *)."),
                   window: float = typer.Option(300.0, "--window", min=1.0,
                                                help="Seconds of samples a status is judged "
                                                     "over.")) -> None:
-    try:
+    with exit_on_errors(others=(ImportError,), hint="pip install 'epochstream[metrics]'"):
         from ..metrics import CatalogCollector
         from ..web import bind_socket, serve
-    except ImportError as e:
-        raise fail(f"{e}", hint="pip install 'epochstream[metrics]'") from None
     cat = open_existing_catalog(catalog)
     try:
-        sock = bind_socket(bind)
-    except ValueError as e:
-        raise fail(str(e), EXIT_USAGE) from None
+        with exit_on_errors(usage=(ValueError,)):
+            sock = bind_socket(bind)
     except OSError as e:
         raise fail(f"cannot listen on {bind}: {e}") from None
     host, port = sock.getsockname()[:2]
@@ -85,16 +81,21 @@ def serve_command(catalog: Optional[str] = _CATALOG,
     err().print("metrics server stopped")
 
 
-def health(topic: str, catalog: Optional[str]) -> None:
+@commands.command(
+    short_help="Is TOPIC healthy? Exit status 0 yes, 1 no, 2 unknown.",
+    help="Check TOPIC for an orchestrator: no partition aborted, dead or expired, no durable "
+         "subscription expired, stalled or stopped, no consumer group stopped or stalled. "
+         "Prints 'topic TOPIC: healthy', or one line per problem. Exit status 0 healthy, 1 "
+         "unhealthy, 2 an unknown topic, a catalog that cannot be read, or bad usage.")
+def health(topic: Annotated[str, typer.Argument(metavar="TOPIC")],
+           catalog: CatalogToRead = None) -> None:
     """``epochstream health TOPIC`` (module docstring)."""
     from ..report import read_report
     from ..web import topic_problems
 
     cat = open_existing_catalog(catalog)
-    try:
+    with exit_on_errors(status=EXIT_USAGE):
         report = read_report(cat, [topic])
-    except EpochstreamError as e:
-        raise fail(str(e), EXIT_USAGE) from None
     found = topic_problems(report.topic(topic))
     console = out()
     if not found:
@@ -217,8 +218,25 @@ def _live(cat: Any, interval: float, sort: str, window: float) -> None:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-def top(catalog: Optional[str], once: bool, as_json: bool, interval: float = 2.0,
-        sort: str = "lag", window: float = 300.0) -> None:
+@commands.command(
+    short_help="A live view of a catalog's topics, frontiers and readers' lag.",
+    help="Report every topic of the catalog: partitions (state, run, generation, lower and "
+         "upper frontier, retained epochs) and readers -- durable subscriptions and consumer "
+         "groups -- with their lag in epochs and seconds and their status (ok, warn, stall, "
+         "stop, rewind; docs/operations.md). On a terminal a live view, refreshed every "
+         "--interval seconds ('s' cycles the sort, 'q' or Ctrl-C quits); --once, --json, or "
+         "stdout not a terminal: one report (a table, or JSON) and exit.")
+def top(catalog: CatalogToRead = None,
+        once: bool = typer.Option(False, "--once", help="Print one report and exit."),
+        as_json: bool = typer.Option(False, "--json", help="Print one report as JSON and exit."),
+        interval: float = typer.Option(2.0, "--interval", min=0.1, metavar="SECONDS",
+                                       help="Seconds between two refreshes of the live view."),
+        sort: str = typer.Option("lag", "--sort", metavar="KEY",
+                                 help="Sort readers by lag (largest first), name or status "
+                                      "(worst first); 's' cycles it in the live view."),
+        window: float = typer.Option(300.0, "--window", min=1.0, metavar="SECONDS",
+                                     help="Seconds of refreshes a reader's status is judged "
+                                          "over.")) -> None:
     """``epochstream top`` (module docstring)."""
     from ..report import read_report
 
@@ -226,15 +244,11 @@ def top(catalog: Optional[str], once: bool, as_json: bool, interval: float = 2.0
         raise fail(f"--sort must be one of {', '.join(SORTS)}, got {sort!r}", EXIT_USAGE)
     cat = open_existing_catalog(catalog)
     if not (once or as_json) and sys.stdout.isatty():
-        try:
+        with exit_on_errors():
             _live(cat, interval, sort, window)
-        except EpochstreamError as e:
-            raise fail(str(e)) from None
         return
-    try:
+    with exit_on_errors():
         report = read_report(cat)
-    except EpochstreamError as e:
-        raise fail(str(e)) from None
     if as_json:
         typer.echo(json.dumps(report.to_json(), sort_keys=True))
         return

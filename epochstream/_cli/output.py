@@ -1,5 +1,6 @@
 """How the command line talks to the user: data on stdout, everything else (headers, waiting
-notices, summaries, ``error:``/``hint:`` messages) on stderr, and the exit statuses."""
+notices, summaries, ``error:``/``hint:`` messages) on stderr, and the exit statuses (also as
+the help texts show them)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,26 @@ from rich.console import Console
 from rich.markup import escape
 
 __all__ = ["EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_UNKNOWN_TOPIC",
-           "EXIT_CLOSED", "out", "err", "fail", "until_signal", "announce"]
+           "EXIT_CLOSED", "EXIT_STATUS_HELP", "out", "err", "fail", "until_signal", "announce"]
 
 EXIT_OK = 0
 EXIT_ERROR = 1          # lost / dead / aborted publisher, --timeout, any other runtime error
 EXIT_USAGE = 2          # bad usage, no catalog at the path, unknown topic, closed topic
 EXIT_INTERRUPTED = 130  # Ctrl-C
 EXIT_UNKNOWN_TOPIC = EXIT_CLOSED = EXIT_USAGE  # kept for callers of earlier versions
+
+# "\b" keeps click from re-wrapping the table that follows it.
+EXIT_STATUS_HELP = (
+    "Exit status:\n\n\b\n"
+    "  0    the stream ended (every partition closed), or --max-epochs reached\n"
+    "  1    a publisher was lost, dead or aborted; --timeout passed; the durable\n"
+    "       subscription is held by a live subscriber; other errors\n"
+    "  2    bad usage; no catalog at the path; unknown topic; topic closed;\n"
+    "       --from older than the retained history; durable subscription expired\n"
+    "  130  interrupted (Ctrl-C)\n\n"
+    "Getting started: docs/index.md; durable history: docs/history.md."
+)
+"""The exit statuses in the help of ``epochstream`` and ``epochstream tail`` (the epilog)."""
 
 
 def out() -> Console:

@@ -1,4 +1,4 @@
-"""Following a topic (``epochstream tail``): subscribe (at ``--from``, or as the durable
+"""``epochstream tail TOPIC``: follow a topic — subscribe (at ``--from``, or as the durable
 subscription ``--durable``), write each complete epoch with :class:`~.tail_output.TailWriter`
 (and ack it once written, when durable), and end with a summary on stderr and an exit status."""
 
@@ -13,17 +13,83 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..catalog import Catalog, TopicInfo
-from ..errors import (EpochstreamError, HistoryUnavailable, SubscriptionExpired,
-                      SubscriptionHeld, TopicNotFound)
+from ..errors import EpochstreamError, HistoryUnavailable, SubscriptionExpired, SubscriptionHeld
 from ..events import Epoch, Gap
 from ..transport import Subscriber
-from .catalogs import unknown_topic
+from .catalogs import open_existing_catalog
+from .errors import bad_value, exit_on_errors, interruptible, stream_errors
 from .formats import fmt_bytes
-from .output import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, err, fail
-from .positions import fmt_position
-from .tail_output import TailWriter, stdout_to_devnull
+from .lookup import find_topic
+from .output import EXIT_ERROR, EXIT_STATUS_HELP, EXIT_USAGE, err, fail
+from .params import CatalogToRead, Records, Topic
+from .positions import TIME_HELP, fmt_position, parse_position
+from .tail_output import TailWriter
 
-__all__ = ["Start", "follow"]
+__all__ = ["commands", "tail", "Start", "follow"]
+
+commands = typer.Typer()
+"""The command this module adds to the main app."""
+
+
+@commands.command(
+    short_help="Print each complete epoch of a topic as it is released.",
+    help="Print every complete epoch of TOPIC as it is released: its time, record count, "
+         "payload bytes and lag (now minus the arrival of the epoch's first data). Data goes to "
+         "stdout, one line per epoch (plain text when stdout is not a terminal); headers, "
+         "waiting notices and the final summary go to stderr. Ends when every partition has "
+         "closed, after --max-epochs, when the reader of a pipe goes away (e.g. '| head'), or "
+         "on Ctrl-C. A topic whose publishers have ended (closed, dead or aborted) is reported "
+         "at once, unless --wait gives them time to start again. With --from (or --durable) "
+         "it starts at a position instead: retained epochs come from the topic's history, "
+         "then the live stream, with no gap and no epoch twice; a closed topic is replayed "
+         "up to its end.",
+    epilog=EXIT_STATUS_HELP,
+)
+def tail(
+    topic: Topic,
+    catalog: CatalogToRead = None,
+    records: Records = False,
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="Print JSON lines instead: one object per epoch {time, records, bytes, lag}, or "
+             "with --records one per record {time, record}."),
+    wait: float = typer.Option(
+        0.0, "--wait", min=0.0, metavar="SECONDS", show_default=False,
+        help="Wait up to SECONDS for the topic to appear, for all its partitions to be "
+             "registered and, if its publishers have ended, for new ones to start (default: "
+             "look once)."),
+    max_epochs: Optional[int] = typer.Option(None, "--max-epochs", min=1, metavar="N",
+                                             help="Stop after N complete epochs."),
+    timeout: Optional[float] = typer.Option(
+        None, "--timeout", min=0.0, metavar="SECONDS", show_default=False,
+        help="Give up (status 1) when no epoch completes for SECONDS (default: wait forever)."),
+    start: Optional[str] = typer.Option(
+        None, "--from", metavar="POSITION", show_default=False,
+        help="Where to start: latest (default: the epochs no partition had begun), earliest "
+             "(everything retained) or a time, every epoch at or beyond it: "
+             f"{TIME_HELP}. Needs the topic's history (publishers with retention)."),
+    durable: Optional[str] = typer.Option(
+        None, "--durable", metavar="NAME",
+        help="Follow the durable subscription NAME (created at --from on first use): resume "
+             "at its acked position and ack each epoch once it is printed."),
+    takeover: bool = typer.Option(
+        False, "--takeover",
+        help="With --durable: take the subscription over from a live holder (whose acks are "
+             "refused from then on)."),
+) -> None:
+    cat = open_existing_catalog(catalog)
+    if takeover and durable is None:
+        raise fail("--takeover needs --durable NAME", EXIT_USAGE)
+    replays = durable is not None or (start is not None and start.strip() != "latest")
+    with interruptible(), exit_on_errors():
+        info = find_topic(cat, topic, wait, replays=replays)
+    begin = Start(durable=durable, takeover=takeover)
+    if start is not None:
+        with bad_value(f"--from {start!r}"):
+            value = parse_position(info.order, start, allow=("earliest", "latest"))[0]
+        begin = Start(value, True, durable, takeover)
+    follow(cat, topic, info, TailWriter(as_json=as_json, records=records), max_epochs, timeout,
+           begin)
 
 
 @dataclass(frozen=True)
@@ -63,20 +129,9 @@ def follow(cat: Catalog, topic: str, info: TopicInfo, writer: TailWriter,
     history error end it with its status (see the CLI)."""
     console = err()
     totals = _Totals()
-    try:
+    with stream_errors(cat, lambda: totals.epochs,
+                       explain=lambda e: _history_failure(cat, topic, info, start, totals, e)):
         how = _stream(cat, topic, info, writer, console, totals, max_epochs, timeout, start)
-    except BrokenPipeError:
-        stdout_to_devnull()  # the reader went away (| head): a normal end, quietly
-        raise typer.Exit(EXIT_OK) from None
-    except KeyboardInterrupt:
-        console.print(f"interrupted after {totals.epochs} epoch(s)")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except TopicNotFound as e:  # dropped meanwhile
-        raise unknown_topic(cat, e) from None
-    except (HistoryUnavailable, SubscriptionExpired, SubscriptionHeld) as e:
-        raise _history_failure(cat, topic, info, start, totals, e) from None
-    except (EpochstreamError, TimeoutError) as e:
-        raise fail(f"{type(e).__name__}: {e} (after {totals.epochs} epoch(s))") from None
     where = ("" if start.durable is None else
              f"; durable subscription {start.durable!r} at "
              f"{fmt_position(info.order, totals.position)}")
@@ -85,9 +140,10 @@ def follow(cat: Catalog, topic: str, info: TopicInfo, writer: TailWriter,
 
 
 def _history_failure(cat: Catalog, topic: str, info: TopicInfo, start: Start, totals: _Totals,
-                     e: EpochstreamError) -> typer.Exit:
+                     e: EpochstreamError) -> Optional[typer.Exit]:
     """The Exit for a history error, with what to do: a position that is not retained (status
-    2), an expired durable subscription (2), one held by another live subscriber (1)."""
+    2), an expired durable subscription (2), one held by another live subscriber (1); ``None``
+    for another error."""
     order = info.order
     after = f" (after {totals.epochs} epoch(s))" if totals.epochs else ""
     if isinstance(e, SubscriptionExpired):
@@ -109,7 +165,8 @@ def _history_failure(cat: Catalog, topic: str, info: TopicInfo, start: Start, to
                     f"live subscriber (pid {d.holder_pid} on {d.holder_host})", EXIT_ERROR,
                     hint="stop that subscriber, or pass --takeover to take the subscription "
                          "over (its acks are refused from then on)")
-    assert isinstance(e, HistoryUnavailable)
+    if not isinstance(e, HistoryUnavailable):
+        return None
     hint = ("publish with Publisher(..., retention=Retention()) to keep history; without it, "
             "tail from the live stream (no --from)")
     if e.retained is not None:

@@ -68,15 +68,21 @@ class TailWriter:
 
     def epoch(self, time_: Any, records: Any, n: int, nbytes: Any, lag: Optional[float]) -> None:
         """Write one complete epoch: its line (or JSON object), then its records if asked."""
+        self.write(time_, records,
+                   {"records": n, "bytes": nbytes, "lag": None if lag is None else round(lag, 6)},
+                   f"  {n:>10}  {fmt_bytes(nbytes):>12}  {fmt_seconds(lag):>10}")
+
+    def write(self, time_: Any, records: Any, fields: dict[str, Any], rest: str) -> None:
+        """Write the epoch at ``time_``: with ``--json`` the object ``{time, **fields}`` (with
+        ``--records`` one ``{time, record}`` per record instead), else its time and ``rest``
+        (the other columns) on one line, then with ``--records`` its records."""
         if self.as_json:
             if self.records:
                 for r in rows(records):
                     self._line(dumps({"time": time_, "record": r}))
             else:
-                self._line(dumps({"time": time_, "records": n, "bytes": nbytes,
-                                  "lag": None if lag is None else round(lag, 6)}))
+                self._line(dumps({"time": time_, **fields}))
             return
-        rest = f"  {n:>10}  {fmt_bytes(nbytes):>12}  {fmt_seconds(lag):>10}"
         t = f"{fmt_time(time_):>16}"
         self._line(Text.assemble((t, "bold cyan"), rest) if self.console is not None else t + rest)
         if self.records:

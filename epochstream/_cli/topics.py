@@ -1,14 +1,22 @@
-"""The table ``epochstream topics`` prints: one row per partition of each topic, with its
-endpoint, state (coloured) and publisher pid."""
+"""``epochstream topics``: the catalog's topics, as a table with one row per partition of each
+topic (its endpoint, state, coloured, and publisher pid)."""
 
 from __future__ import annotations
 
+import typer
 from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import TopicInfo
+from .catalogs import open_existing_catalog
+from .errors import exit_on_errors
+from .output import out
+from .params import CatalogToRead
 
-__all__ = ["STATE_STYLE", "topics_table"]
+__all__ = ["commands", "topics", "STATE_STYLE", "topics_table"]
+
+commands = typer.Typer()
+"""The command this module adds to the main app."""
 
 #: The colour of each partition state in the table.
 STATE_STYLE = {"live": "green", "closed": "blue", "aborted": "magenta", "dead": "red",
@@ -38,3 +46,20 @@ def topics_table(topics: list[TopicInfo]) -> Table:
             shown = f"[{style}]{state}[/{style}]" if style else escape(state)
             table.add_row(*head, str(i), escape(endpoint), shown, pid)
     return table
+
+
+@commands.command(
+    short_help="List topics and the state of their partitions.",
+    help="List the catalog's topics and the state of each partition: its endpoint, state (live, "
+         "closed, aborted, dead, unregistered) and publisher pid. A 'dead' partition was live "
+         "but its process is gone.")
+def topics(catalog: CatalogToRead = None) -> None:
+    cat = open_existing_catalog(catalog)
+    with exit_on_errors():
+        infos = cat.topics()
+    console = out()
+    if not infos:
+        console.print(f"no topics in catalog {escape(cat.where)}")
+        return
+    console.print(f"catalog {escape(cat.where)}")
+    console.print(topics_table(infos))
