@@ -45,7 +45,7 @@ EPOCHS, MESSAGES, RECORDS = 1000, 10, 1000
 
 def _readahead_epochs(h, max_bytes=32 << 20):
     """``History.epochs()`` with the segment reads done ahead in a second thread."""
-    from epochstream.epochlog import read_epoch
+    from epochstream.log import read_epoch
     from epochstream.events import Epoch
 
     decode, combine = h.codec.decode, h.codec.combine
@@ -77,7 +77,7 @@ def run(epochs: int = EPOCHS, repeats: int = 5) -> dict:
     import msgpack
 
     from epochstream import Catalog, History, Publisher, Retention, Subscriber
-    from epochstream.epochlog import read_epoch
+    from epochstream.log import read_epoch
 
     d = tempfile.mkdtemp(prefix="es-prof-replay-")
     bodies = payloads.encoded("tuples", RECORDS)

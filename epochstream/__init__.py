@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # the lazy names below, with their real types for type checke
     from .transport import Publisher as Publisher, Subscriber as Subscriber
     from .transport import Relay as Relay
     from .retention import Retention as Retention
-    from .history import History as History
+    from .log.reader import History as History
     from .group import EpochGroup as EpochGroup, Lease as Lease
     from .filters import Filter as Filter
     from .security import Security as Security
@@ -51,7 +51,7 @@ _LAZY = {
     "EpochAssembler": "protocol", "PublisherProtocol": "protocol", "SubscriberProtocol": "protocol",
     "Publisher": "transport", "Subscriber": "transport", "Relay": "transport",
     "Catalog": "catalog",
-    "Retention": "retention", "History": "history", "EpochGroup": "group", "Lease": "group",
+    "Retention": "retention", "History": "log.reader", "EpochGroup": "group", "Lease": "group",
     "Filter": "filters",
     "Security": "security",
 }

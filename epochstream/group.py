@@ -47,7 +47,7 @@ from .catalog.liveness import HOST
 from .errors import GroupStopped, HistoryUnavailable
 from .events import Epoch
 from .frontier import Antichain, join
-from .history import History
+from .log.reader import History
 from .leases import MODES, WHOLE, Plan, group_position, plan
 
 __all__ = ["EpochGroup", "Lease"]

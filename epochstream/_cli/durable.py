@@ -15,7 +15,7 @@ from ..catalog import Catalog
 from ..catalog.history import DurableInfo, position_available
 from ..errors import EpochstreamError, HistoryUnavailable
 from ..frontier import Antichain
-from ..history import History
+from ..log.reader import History
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors
 from .formats import fmt_seconds

@@ -13,7 +13,7 @@ from ..catalog import Catalog
 from ..catalog.groups import GroupInfo
 from ..catalog.history import position_available
 from ..errors import HistoryUnavailable
-from ..history import History
+from ..log.reader import History
 from .catalogs import open_existing_catalog
 from .errors import exit_on_errors
 from .group_views import (GroupUnit, group_json, group_units, groups_table, info_json,

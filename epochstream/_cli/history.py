@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..catalog import Catalog
 from ..errors import EpochstreamError, HistoryUnavailable
-from ..history import History
+from ..log.reader import History
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors, stream_errors
 from .formats import fmt_bytes, fmt_when

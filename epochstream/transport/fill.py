@@ -89,8 +89,8 @@ class HistoryFill:
     def reader(self):
         """The :class:`~epochstream.history.History` reader (made on first use)."""
         if self._history is None:
-            from ..history import History
-            from ..history_remote import DEFAULT_TIMEOUT
+            from ..log.reader import History
+            from ..log.remote import DEFAULT_TIMEOUT
             mine = self._timeout  # a read waits no longer than the subscriber waits for
             timeout = DEFAULT_TIMEOUT if not mine or mine <= 0 else min(DEFAULT_TIMEOUT, mine)
             self._history = History(self.topic, self._catalog, timeout=timeout,

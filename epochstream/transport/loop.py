@@ -24,7 +24,7 @@ from ..order import dual
 from ..retention import check_interval
 from .fanout import Fanout
 from .handoff import Handoff
-from .history_server import HistoryServer
+from .log_server import LogServer as HistoryServer
 from .interest import ALL, Interest, sent_filter
 from .upstream import HELLO, UPDATE, UpstreamCover
 from .quota import PASS_MESSAGES, Quota

@@ -8,7 +8,8 @@ import logging
 
 from ..catalog import Catalog
 from ..catalog.runs import claim_run
-from ..epochlog import LogWriter, partition_dir
+from ..log.format import partition_dir
+from ..log.writer import LogWriter
 from ..errors import EpochstreamError
 from ..frontier import Antichain
 from ..order import check_time, dual

@@ -46,7 +46,7 @@ import time
 import zlib
 
 from epochstream import Catalog, Publisher, Retention, Subscriber
-from epochstream.epochlog import segment_path
+from epochstream.log import segment_path
 from epochstream.errors import HistoryWriteError, SubscriptionExpired, SubscriptionHeld
 
 

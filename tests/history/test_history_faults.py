@@ -20,7 +20,7 @@ from history_peer import digest, epoch_records
 from peer_processes import kill as _kill, read_until as _read_until
 from peer_procs import EpochReader, say as _say
 from epochstream import Catalog, History, Publisher, Retention, Subscriber
-from epochstream.epochlog import RECORD_HEADER, segment_path
+from epochstream.log import RECORD_HEADER, segment_path
 from epochstream.errors import (HistoryCorrupt, HistoryUnavailable, PublisherAborted,
                                 SubscriptionExpired, SubscriptionHeld)
 from epochstream.events import Gap

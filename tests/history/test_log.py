@@ -1,4 +1,4 @@
-"""The epoch log (:mod:`epochstream.epochlog`) against a real catalog in ``tmp_path``, and the
+"""The epoch log (:mod:`epochstream.log`) against a real catalog in ``tmp_path``, and the
 pure retention policy (:mod:`epochstream.retention`).
 
 - records round-trip exactly (payload bytes, order, several messages per epoch, interleaved
@@ -24,7 +24,7 @@ from hypothesis_profiles import examples
 
 from epochstream import wire
 from epochstream.catalog import Catalog
-from epochstream.epochlog import LogWriter, partition_dir, read_epoch, segment_path
+from epochstream.log import LogWriter, partition_dir, read_epoch, segment_path
 from epochstream.errors import HistoryCorrupt, HistoryError, HistoryWriteError
 from epochstream.frontier import Antichain
 from epochstream.order import TOTAL, dual, product
@@ -353,7 +353,7 @@ class FakeClock:
 
 
 def test_retention_max_age(tmp_path, monkeypatch):
-    import epochstream.epochlog as epochlog
+    import epochstream.log.writer as epochlog
 
     clock = FakeClock()
     monkeypatch.setattr(epochlog, "_time", clock)
@@ -379,7 +379,7 @@ def test_max_age_closes_a_slow_growing_segment_and_ages_it_out(tmp_path, monkeyp
     """A log that grows far slower than ``segment_bytes`` (one segment for ever before): the
     segment being written is closed at the first epoch boundary after its oldest epoch passed
     ``max_age``, then deleted once its newest did; an epoch lives at most ~2 x max_age."""
-    import epochstream.epochlog as epochlog
+    import epochstream.log.writer as epochlog
 
     clock = FakeClock()
     monkeypatch.setattr(epochlog, "_time", clock)
@@ -399,7 +399,7 @@ def test_expire_ages_out_an_idle_log_without_a_commit(tmp_path, monkeypatch):
     """An idle publisher commits nothing: ``expire`` (the loop's periodic call) closes the aged
     segment being written at the epoch boundary and deletes it once its newest epoch aged; it
     never closes a segment while an epoch is open in it, nor at an empty lower frontier."""
-    import epochstream.epochlog as epochlog
+    import epochstream.log.writer as epochlog
 
     clock = FakeClock()
     monkeypatch.setattr(epochlog, "_time", clock)
@@ -434,7 +434,7 @@ def test_a_reopened_log_applies_its_limits_at_once(tmp_path, monkeypatch):
     import time
 
     import epochstream.catalog.history as catalog_history
-    import epochstream.epochlog as epochlog
+    import epochstream.log.writer as epochlog
 
     real = time
 
@@ -785,7 +785,7 @@ def test_epochless_segment_blocks_age_retention_repro():
 
 
 def test_epochless_segment_blocks_age_retention_in_the_log(tmp_path, monkeypatch):
-    import epochstream.epochlog as epochlog
+    import epochstream.log.writer as epochlog
 
     clock = FakeClock()
     monkeypatch.setattr(epochlog, "_time", clock)

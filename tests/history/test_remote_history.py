@@ -34,10 +34,10 @@ from peer_processes import kill as _kill, read_until as _read_until
 from peer_procs import EpochReader, PublishPeer
 from epochstream import Catalog, History, Publisher, Retention, Subscriber, wire
 from epochstream.catalog.liveness import HOST
-from epochstream.epochlog import RECORD_HEADER, segment_path
+from epochstream.log import RECORD_HEADER, segment_path
 from epochstream.errors import HistoryCorrupt, HistoryUnavailable
 from epochstream.events import Gap
-from epochstream.history_remote import RemoteLog
+from epochstream.log import RemoteLog
 
 CTX = zmq.Context.instance()
 ENV = "EPOCHSTREAM_HISTORY_SOURCE"

@@ -351,7 +351,7 @@ def test_a_refused_history_reader_gets_an_error_every_time_never_a_hang(tmp_path
     import threading
 
     from epochstream.errors import HistoryUnavailable
-    from epochstream.history_remote import RemoteLog
+    from epochstream.log import RemoteLog
 
     pub = publishers(TOPIC, catalog=Catalog(tmp_path / "cat"),
                      retention=Retention(dir=tmp_path / "logs"),

@@ -1,0 +1,315 @@
+"""Reading durable history: complete epochs of a topic from its partitions' epoch logs, with no
+live publisher (the logs' index lives in the catalog; the files are read directly).
+
+>>> import tempfile
+>>> from epochstream import Catalog, Publisher, Retention, History
+>>> cat = Catalog(tempfile.mkdtemp())
+>>> with Publisher("hist-doc", catalog=cat, retention=Retention()) as pub:
+...     for day in range(3):
+...         pub.send(day, [{"day": day, "n": i} for i in range(2)])
+...         _ = pub.advance_to(day + 1)
+>>> [(e.time, len(e.records)) for e in History("hist-doc", catalog=cat).epochs(since=1)]
+[(1, 2), (2, 2)]
+
+Where the bytes come from (``source``, default ``$EPOCHSTREAM_HISTORY_SOURCE`` or ``"auto"``):
+``"disk"`` reads the segment files (the log's directory must be readable here); ``"publisher"``
+asks the partition's live publisher on its endpoint (:mod:`epochstream.history_remote`);
+``"auto"`` reads the files when the log was written on this host and its directory exists, and
+asks the live publisher otherwise. The index is always read from the catalog.
+
+Positions (``since``, ``until``) are frontiers (:mod:`epochstream.position`): ``since`` is
+inclusive (epochs ``t`` with ``since <= t``), ``until`` exclusive (epochs not at or beyond it),
+like timely's and Materialize's ``since``/``upper``. An epoch is served only once it is complete
+in every partition's log and retained by every partition, so it is whole or not served.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time as _time
+from typing import Any, Iterator
+
+from .. import wire
+from ..catalog import Catalog
+from ..catalog.liveness import HOST
+from ..catalog.history import EpochRecord, HistoryState
+from ..errors import HistoryCorrupt, HistoryUnavailable
+from ..events import Epoch
+from ..frontier import Antichain, join
+from ..order import linear_extension
+from ..position import resolve_position
+from .format import read_epoch
+from .remote import DEFAULT_TIMEOUT, RemoteLog
+
+__all__ = ["History", "SOURCES"]
+
+SOURCES = ("auto", "disk", "publisher")
+"""Where :class:`History` reads epochs' bytes from (see the module docstring)."""
+
+
+def _catalog(catalog) -> Catalog:
+    if catalog is None or isinstance(catalog, (str, os.PathLike)):
+        return Catalog(catalog)
+    return catalog
+
+
+class History:
+    """The retained epochs of ``topic`` (``catalog``: a :class:`~epochstream.catalog.Catalog`, a
+    path, or ``None`` for the default catalog).
+
+    Raises :class:`~epochstream.errors.TopicNotFound` for an unknown topic. Reading raises
+    :class:`~epochstream.errors.HistoryUnavailable` when a partition that has data keeps no log
+    or when ``since`` is older than what is retained, and
+    :class:`~epochstream.errors.HistoryCorrupt` when a segment fails its checksum (its bytes are
+    never returned as data).
+
+    ``source``: ``"auto"``, ``"disk"`` or ``"publisher"`` (module docstring; ``None``: the
+    ``EPOCHSTREAM_HISTORY_SOURCE`` environment variable, else ``"auto"``); ``timeout``: seconds a
+    remote read may wait for the publisher's answer; ``security``: a client key pair
+    (``Security.curve(client_secret=...)``) for reading through secured publishers (their keys
+    come from the catalog). Reading through a publisher keeps one connection per partition:
+    :meth:`close` them (or use ``with History(...) as h``)."""
+
+    def __init__(self, topic: str, catalog=None, *, source: str | None = None,
+                 timeout: float = DEFAULT_TIMEOUT, security=None):
+        if source is not None and source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
+        source = source or os.environ.get("EPOCHSTREAM_HISTORY_SOURCE") or "auto"
+        if source not in SOURCES:
+            raise ValueError(f"$EPOCHSTREAM_HISTORY_SOURCE must be one of {SOURCES}, got "
+                             f"{source!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+                or not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"timeout must be seconds > 0, got {timeout!r}")
+        self.topic, self.source, self.timeout = topic, source, float(timeout)
+        self.security = security
+        self.catalog = _catalog(catalog)
+        info = self.catalog.lookup(topic)
+        self.order = info.order
+        self.codec = wire.codec(info.codec)
+        self.partitions = info.partitions
+        self._remote: dict[int, RemoteLog] = {}
+        #: ``{partition: endpoint}`` of publishers known to serve this topic (a subscriber's own
+        #: connections): asked for a partition whose log is not readable here and which the
+        #: catalog no longer lists as live (its publisher closed, and may still linger)
+        self.endpoints: dict[int, str] = {}
+
+    def close(self) -> None:
+        """Close the connections to publishers that served reads (reading again reopens)."""
+        for r in self._remote.values():
+            r.close()
+        self._remote.clear()
+
+    def __enter__(self) -> "History":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- index -----------------------------------------------------------------------------
+    def states(self) -> dict[int, HistoryState]:
+        """``{partition: HistoryState}`` of the partitions that keep a log (read now)."""
+        return self.catalog.history_states(self.topic)
+
+    def _checked_states(self, states: dict[int, HistoryState] | None = None,
+                        info=None) -> dict[int, HistoryState]:
+        states = self.states() if states is None else states
+        info = self.catalog.lookup(self.topic) if info is None else info
+        missing = [p.index for p in info.partition_info
+                   if p.index not in states and p.upper]
+        if missing:
+            raise HistoryUnavailable(
+                f"topic {self.topic!r}: partition(s) {missing} sent data but keep no epoch log "
+                f"(publish with retention=Retention(...) to keep history)")
+        return states
+
+    @property
+    def since(self) -> tuple:
+        """The earliest position whose epochs are all retained: the join of every partition's
+        ``since`` (a tuple of times; the order's minimum when no partition keeps a log)."""
+        return self._since(self.states())
+
+    def _since(self, states: dict[int, HistoryState]) -> tuple:
+        out: tuple = (self.order.minimum,)
+        for s in states.values():
+            out = join(self.order, out, s.since)
+        return out
+
+    def records(self, since=None, until=None, *, states: dict[int, HistoryState] | None = None,
+                info=None) -> list[tuple[Any, list[EpochRecord]]]:
+        """``[(time, [EpochRecord per partition with data]), ...]`` of the complete retained
+        epochs at or beyond ``since`` and not at or beyond ``until``, in a linear extension of
+        the order. ``since=None``: everything retained; ``since`` older than what is retained
+        raises :class:`HistoryUnavailable`. ``states`` (:meth:`states`) and ``info``
+        (``Catalog.lookup``) just read by the caller spare reading them again (the states are
+        read once more after the index, whatever is passed)."""
+        order = self.order
+        if isinstance(since, str) and since == "earliest":
+            since = None
+        if isinstance(until, str) and until == "earliest":
+            raise ValueError("until='earliest' names no epoch (nothing is before the earliest "
+                             "retained one); give a time or a frontier, or None for no bound")
+        states = self._checked_states(states, info)
+        retained = self._since(states)
+        if since is None:
+            position = Antichain(order, retained)
+        else:
+            position = Antichain(order, resolve_position(order, since) or ())
+            if not all(Antichain(order, retained).less_equal(a) for a in position):
+                raise HistoryUnavailable(
+                    f"topic {self.topic!r}: position {list(position)} is older than what is "
+                    f"retained (since {list(retained)})", retained=retained)
+        stop = None if until is None else Antichain(order, resolve_position(order, until) or ())
+        lowers = [Antichain(order, s.lower) for s in states.values()]
+        min_t0 = min((a[0] if isinstance(a, tuple) else a) for a in position) if position else None
+        by_time: dict[Any, list[EpochRecord]] = {}
+        for p in states:
+            for r in self.catalog.history_epochs(self.topic, p, min_t0=min_t0):
+                by_time.setdefault(r.time, []).append(r)
+        # read again: a segment deleted meanwhile must not leave an epoch half served
+        after = self.states()
+        sinces = [Antichain(order, s.since) for s in after.values()]
+        keep = [t for t in by_time
+                if position.less_equal(t)
+                and (stop is None or not stop.less_equal(t))
+                and not any(low.less_equal(t) for low in lowers)
+                and all(s.less_equal(t) for s in sinces)]
+        return [(t, by_time[t]) for t in linear_extension(order, keep)]
+
+    def payloads(self, records: list[EpochRecord], *,
+                 states: dict[int, HistoryState] | None = None,
+                 info=None) -> list[tuple[int, bytes]]:
+        """``[(partition, encoded payload), ...]`` of one epoch's records (:meth:`read` of one
+        epoch). Raises :class:`HistoryUnavailable` if retention deleted the epoch meanwhile (or
+        its partition's log is neither readable here nor served by a live publisher),
+        :class:`HistoryCorrupt` if its bytes fail the checks. ``states``/``info``: as for
+        :meth:`records` (where each partition's log is read from is decided with them)."""
+        if not records:
+            return []
+        for _, _, out in self.read([(records[0].time, records)], states=states, info=info):
+            return out
+        return []
+
+    def read(self, epochs: list[tuple[Any, list[EpochRecord]]], *,
+             states: dict[int, HistoryState] | None = None, info=None
+             ) -> Iterator[tuple[Any, list[EpochRecord], list[tuple[int, bytes]]]]:
+        """For each ``(time, records)`` of ``epochs`` (as :meth:`records` returns them), in
+        order, yield ``(time, records, [(partition, encoded payload), ...])``: the payloads in
+        the order they were sent, per partition in the order of ``records``. Files are read and
+        checked here (:func:`~epochstream.epochlog.read_epoch`); reads through a publisher are
+        pipelined (:class:`~epochstream.history_remote.RemoteLog`) and their message counts
+        checked against the index. Raises as :meth:`payloads`; ``states``/``info`` as there."""
+        epochs = list(epochs)
+        wanted: dict[int, list] = {}
+        for t, recs in epochs:
+            for r in recs:
+                wanted.setdefault(r.partition, []).append(t)
+        where = self._where(wanted, states, info)
+        streams = {p: self._remote_log(p, w).read(wanted[p])
+                   for p, (kind, w) in where.items() if kind == "publisher"}
+        for t, recs in epochs:
+            out: list[tuple[int, bytes]] = []
+            for r in recs:
+                stream = streams.get(r.partition)
+                if stream is None:
+                    out.extend((r.partition, pl) for pl in self._read_disk(where[r.partition][1], r))
+                    continue
+                _, got = next(stream)
+                if len(got) != r.messages:
+                    raise HistoryCorrupt(
+                        f"topic {self.topic!r}: the publisher of partition {r.partition} served "
+                        f"{len(got)} messages of epoch {t!r}; the index holds {r.messages}")
+                out.extend((r.partition, pl) for pl in got)
+            yield t, recs, out
+
+    def _where(self, partitions, states=None, info=None) -> dict[int, tuple[str, str]]:
+        """``{partition: ("disk", directory) | ("publisher", endpoint)}`` for ``partitions``
+        (``states``/``info`` read now when not given)."""
+        states = self.states() if states is None else states
+        info = {p.index: p for p in (self.catalog.lookup(self.topic) if info is None
+                                     else info).partition_info}
+        out = {}
+        for p in partitions:
+            state, pinfo = states.get(p), info.get(p)
+            if state is None:
+                raise HistoryUnavailable(f"topic {self.topic!r}: partition {p} keeps no epoch log")
+            host = getattr(pinfo, "host", None)
+            local = host in (None, HOST) and os.path.isdir(state.dir)
+            if self.source == "disk" or (self.source == "auto" and local):
+                out[p] = ("disk", state.dir)
+            elif pinfo is not None and pinfo.state == "live":
+                out[p] = ("publisher", pinfo.endpoint)
+            elif p in self.endpoints:
+                out[p] = ("publisher", self.endpoints[p])
+            else:
+                where = (f"in {state.dir}, which does not exist here" if host in (None, HOST)
+                         else f"in {state.dir} on host {host!r}, which this process cannot read")
+                raise HistoryUnavailable(
+                    f"topic {self.topic!r}: the epoch log of partition {p} is {where}, and no "
+                    f"live publisher serves it (partition state: "
+                    f"{getattr(pinfo, 'state', 'unregistered')})")
+        return out
+
+    def _remote_log(self, partition: int, endpoint: str) -> RemoteLog:
+        r = self._remote.get(partition)
+        if r is None or r.endpoint != endpoint:
+            if r is not None:
+                r.close()
+            key = next((p.server_key for p in self.catalog.lookup(self.topic).partition_info
+                        if p.index == partition), None) if self.security is not None else None
+            if self.security is not None and self.security.server_public is not None:
+                key = self.security.server_public
+            r = self._remote[partition] = RemoteLog(endpoint, self.topic, partition,
+                                                    timeout=self.timeout, security=self.security,
+                                                    server_key=key)
+        return r
+
+    def _read_disk(self, directory: str, r: EpochRecord) -> list[bytes]:
+        try:
+            return [payload for _, payload in read_epoch(directory, r)]
+        except HistoryCorrupt:
+            state = self.catalog.history_state(self.topic, r.partition)
+            if state is not None and not Antichain(self.order, state.since).less_equal(r.time):
+                raise HistoryUnavailable(
+                    f"topic {self.topic!r}: epoch {r.time!r} of partition {r.partition} was "
+                    f"deleted by retention while being read (retained since "
+                    f"{list(state.since)})", retained=tuple(state.since)) from None
+            raise
+
+    # -- epochs ----------------------------------------------------------------------------
+    def epochs(self, since=None, until=None) -> Iterator[Epoch]:
+        """Yield the complete retained :class:`~epochstream.events.Epoch`\\ s at or beyond
+        ``since`` and not at or beyond ``until`` (frontiers: a time, a list of times, or
+        ``None``), whole, in an order consistent with the partial order; ``records`` combined
+        across partitions as a live subscriber gets them (a list, or a ``pyarrow.Table``),
+        ``first_seen`` the time the epoch completed in the log, ``released_at`` now."""
+        decode, combine = self.codec.decode, self.codec.combine
+        for t, recs, payloads in self.read(self.records(since, until)):
+            chunks = [decode(p) for _, p in payloads]
+            nbytes = sum(r.nbytes for r in recs)
+            yield Epoch(t, combine(chunks), len(chunks), nbytes,
+                        max(r.completed_at for r in recs), _time.time())
+
+    def to_arrow(self, since=None, until=None):
+        """The retained epochs (as :meth:`epochs`) as one ``pyarrow.Table`` with two more
+        columns: ``_epoch`` (the time; a list of ints for product orders) and ``_partition``.
+        For Arrow topics only (raises ``TypeError`` for msgpack topics)."""
+        import pyarrow as pa
+
+        if self.codec.name != "arrow":
+            raise TypeError(f"topic {self.topic!r} uses codec {self.codec.name!r}; to_arrow() "
+                            f"needs an Arrow topic (iterate epochs() instead)")
+        tables = []
+        for t, recs, payloads in self.read(self.records(since, until)):
+            for partition, payload in payloads:
+                table = self.codec.combine([self.codec.decode(payload)])
+                n = table.num_rows
+                epoch = list(t) if isinstance(t, tuple) else t
+                table = table.append_column("_epoch", pa.array([epoch] * n))
+                table = table.append_column("_partition", pa.array([partition] * n, pa.int32()))
+                tables.append(table)
+        if not tables:
+            return pa.table({"_epoch": pa.array([], pa.int64()),
+                             "_partition": pa.array([], pa.int32())})
+        return pa.concat_tables(tables, promote_options="default")
