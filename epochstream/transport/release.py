@@ -21,7 +21,7 @@ from typing import Iterator
 
 from ..events import DataMessage, Gap, LowerFrontierUpdate
 from ..frontier import Antichain
-from ..protocol import EpochAssembler
+from ..assembler import EpochAssembler
 from .durable import DurableCursor
 from .fill import HistoryBatch, HistoryFill, Rejoined
 
