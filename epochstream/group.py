@@ -43,7 +43,7 @@ import msgpack
 
 from .catalog import Catalog
 from .catalog.groups import Claimed, GroupInfo
-from .catalog.liveness import HOST
+from .catalog.holders import HOST
 from .errors import GroupStopped, HistoryUnavailable
 from .events import Epoch
 from .frontier import Antichain, join

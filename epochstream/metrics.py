@@ -204,7 +204,7 @@ class CatalogCollector:
     :attr:`last` is the last successful report of each catalog (for JSON endpoints)."""
 
     def __init__(self, *catalogs: Any, window: float = 300.0):
-        from .transport.membership import resolve_catalog
+        from .transport.discovery import resolve_catalog
 
         if not catalogs:
             raise ValueError("CatalogCollector needs at least one catalog")

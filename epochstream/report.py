@@ -250,7 +250,7 @@ def read_report(catalog: Catalog | Any = None, topics: list[str] | None = None, 
     judged from this read alone (``ok`` or ``stop``). ``now``: ``time.time()`` seconds. Raises
     :class:`~epochstream.errors.CatalogError` if the catalog cannot be read; a topic dropped
     while being read is left out."""
-    from .transport.membership import resolve_catalog
+    from .transport.discovery import resolve_catalog
 
     cat = resolve_catalog(catalog)
     now = _time.time() if now is None else float(now)

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from epochstream import (Catalog, EpochGroup, GroupStopped, LeaseExpired, Publisher, Retention,
                          Subscriber, product)
-from epochstream.catalog.liveness import HOST
+from epochstream.catalog.holders import HOST
 from epochstream.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ catalog service (``tcp://host:port``). The package, top down:
   :mod:`~epochstream.catalog.server`, :mod:`~epochstream.catalog.rpc` — the network catalog
   (``epochstream catalog serve``);
 - :mod:`~epochstream.catalog.records`, :mod:`~epochstream.catalog.history_records`,
-  :mod:`~epochstream.catalog.group_records`, :mod:`~epochstream.catalog.liveness` — what a
+  :mod:`~epochstream.catalog.group_records`, :mod:`~epochstream.catalog.holders` — what a
   reader gets, and whether a holder is still alive.
 
 See docs/catalog.md.
@@ -31,7 +31,7 @@ from .api import (DEFAULT_DIR, DEFAULT_FILE, ENV_VAR, POLL_INTERVAL_S, URL_SCHEM
 from .client import RemoteCatalog
 from .group_records import GroupInfo
 from .history_records import DurableInfo, EpochRecord, HistoryState
-from .liveness import pid_alive
+from .holders import pid_alive
 from .records import PartitionInfo, TopicInfo
 from .schema import SCHEMA_VERSION, STATES
 from .sqlcatalog import SqlCatalog

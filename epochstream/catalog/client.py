@@ -57,7 +57,7 @@ from .api import POLL_INTERVAL_S, Catalog, implementation
 from .channel import IDLE_S, RESEND_S, Channel, check_seconds, parse_url, url_security
 from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
 from .history_records import DurableInfo, EpochRecord, HistoryState
-from .liveness import HOST, process_start
+from .holders import HOST, process_start
 from .locations import ENV_VAR, CatalogURL, is_catalog_url, local_home
 from .records import STATES, TopicInfo
 from .renewals import Renewals

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
 from .history_records import decode_time, encode_time, position_available
-from .liveness import check_holder, pid_alive
+from .holders import check_holder, pid_alive
 from .records import decode_upper, encode_upper
 from .retry import retried, retrying
 from .store import Store

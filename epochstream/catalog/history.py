@@ -49,7 +49,7 @@ from typing import Any
 from .groups import GroupTables
 from .history_records import (DurableInfo, EpochRecord, HistoryState, decode_time, encode_time,
                               position_available)
-from .liveness import check_holder, holder_alive
+from .holders import check_holder, holder_alive
 from .records import ROW_COLUMNS, decode_upper, encode_upper, partition_from_row
 from .retry import retried
 from .store import Store

@@ -6,9 +6,9 @@ A partition's ``upper`` frontier is stored as JSON text (:func:`encode_upper`,
 back as a tuple of times, product times as tuples. A row is read with the columns
 :data:`ROW_COLUMNS`, in that order, and :func:`partition_from_row` turns it into a
 :class:`PartitionInfo`, reporting a stored ``live`` state whose process is gone as ``"dead"``
-(judged now, by :func:`~epochstream.catalog.liveness.pid_alive`), or, for a row registered with
+(judged now, by :func:`~epochstream.catalog.holders.pid_alive`), or, for a row registered with
 a lease (through the network catalog), whose lease expired
-(:func:`~epochstream.catalog.liveness.lease_alive`).
+(:func:`~epochstream.catalog.holders.lease_alive`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from .liveness import holder_alive, lease_alive
+from .holders import holder_alive, lease_alive
 from ..errors import CatalogError
 from ..order import by_name
 

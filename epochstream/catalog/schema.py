@@ -67,7 +67,7 @@ table (:data:`SECURITY_COLUMNS`, :data:`GRANTS_DDL`); a version-4 file gains bot
 every row (``server_key`` ``NULL``: plain TCP).
 
 The stored state is only ever one of :data:`STATES`; readers also report ``"dead"``
-(:mod:`epochstream.catalog.liveness`).
+(:mod:`epochstream.catalog.holders`).
 
 Concurrency at creation: the file runs in WAL mode (:func:`enable_wal`), and the schema is
 created or migrated inside one ``BEGIN IMMEDIATE`` transaction (:func:`ensure_schema`). Switching

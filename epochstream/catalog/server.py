@@ -41,7 +41,7 @@ import zmq
 from . import rpc
 from .api import Catalog, is_catalog_url
 from .retry import as_retry
-from .liveness import HOST
+from .holders import HOST
 from .schema import SCHEMA_VERSION
 from ..errors import CatalogError, NotAuthorized
 from ..security import Security, _allow_list, apply_server, grant_matches

@@ -12,7 +12,7 @@ defaults of a registration and a claim (its ``lease``, a fresh incarnation), and
 PostgreSQL, the renewal of the durable subscriptions it holds (:mod:`epochstream.catalog.renewals`).
 Every statement is written once and runs on either store; the values a reader gets
 (:class:`TopicInfo`, :class:`PartitionInfo`) are :mod:`epochstream.catalog.records`; whether a
-publisher process is still running is :mod:`epochstream.catalog.liveness`.
+publisher process is still running is :mod:`epochstream.catalog.holders`.
 
 SQLite: by default the file lives at ``$EPOCHSTREAM_CATALOG`` if that environment variable is
 set, else at ``./.epochstream/catalog.sqlite`` relative to the current working directory; missing

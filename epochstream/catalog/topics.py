@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import CatalogError, PartitionHeld, TopicNotFound
 from ..order import by_name
 from ..security import Grant, check_grant, check_server_key
-from .liveness import check_holder
+from .holders import check_holder
 from .records import ROW_COLUMNS, STATES, TopicInfo, encode_upper, partition_from_row
 from .retry import retried
 from .runs import claim_run

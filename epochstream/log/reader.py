@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 from .. import wire
 from ..catalog import Catalog
-from ..catalog.liveness import HOST
+from ..catalog.holders import HOST
 from ..catalog.history import EpochRecord, HistoryState
 from ..errors import HistoryCorrupt, HistoryUnavailable
 from ..events import Epoch

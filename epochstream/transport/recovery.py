@@ -34,7 +34,7 @@ from ..frontier import Antichain, join
 from ..order import dual
 from .fill import HistoryFill, Rejoined
 from .liveness import Liveness
-from .membership import catalog_partitions
+from .discovery import catalog_partitions
 
 __all__ = ["Recovery", "CLOSED", "RETIRE", "REJOIN"]
 

@@ -33,7 +33,7 @@ from ..security import Security
 from .durable import DurableCursor
 from .filtering import FilterSession
 from .fill import HistoryBatch, HistoryFill, Rejoined
-from .membership import await_live, resolve_catalog
+from .discovery import await_live, resolve_catalog
 from .release import Release
 from .stream import EpochStream, check_fetch, pop_event
 from .topic_join import JoinSettings, TopicJoin, check_options

@@ -38,7 +38,7 @@ from .filtering import FilterSession
 from .fill import HistoryFill
 from .links import PartitionLinks
 from .liveness import Liveness
-from .membership import await_one_run, partition_endpoints, server_keys
+from .discovery import await_one_run, partition_endpoints, server_keys
 from .recovery import CLOSED, REJOIN, Recovery
 from .release import Release
 

@@ -33,7 +33,7 @@ from hypothesis_profiles import examples
 from peer_processes import kill as _kill, read_until as _read_until
 from peer_procs import EpochReader, PublishPeer
 from epochstream import Catalog, History, Publisher, Retention, Subscriber, wire
-from epochstream.catalog.liveness import HOST
+from epochstream.catalog.holders import HOST
 from epochstream.log import RECORD_HEADER, segment_path
 from epochstream.errors import HistoryCorrupt, HistoryUnavailable
 from epochstream.events import Gap
