@@ -103,10 +103,10 @@ class PublisherLoop:
         relay = getattr(p, "gate", None)
         self._gate = None if relay is None else RelayGate(
             relay, self.topic, self.order, self.heartbeat_interval, self._transmit, self.stats)
-        snapshot = dict(topic=self.topic, partition=self.partition,
-                        order=getattr(self.order, "name", ""), codec=self.codec.name,
-                        incarnation=self.incarnation, heartbeat=self.heartbeat_interval,
-                        key=self.key if isinstance(self.key, str) else None)
+        snapshot = {"topic": self.topic, "partition": self.partition,
+                    "order": getattr(self.order, "name", ""), "codec": self.codec.name,
+                    "incarnation": self.incarnation, "heartbeat": self.heartbeat_interval,
+                    "key": self.key if isinstance(self.key, str) else None}
         self._peers = PeerControl(snapshot, self._fanout, self._transmit, self.stats,
                                   authz=getattr(p, "_authz", None), filters=self._filters,
                                   gate=self._gate, frontiers=self._frontiers,

@@ -30,7 +30,7 @@ from .quota import PASS_MESSAGES, Quota
 from .sockets import SENT, connection_of, cut
 from .upstream import HELLO, UPDATE
 
-__all__ = ["PeerControl", "PeerWarnings", "PEER_WARNING_EVERY_S"]
+__all__ = ["PEER_WARNING_EVERY_S", "PeerControl", "PeerWarnings"]
 
 log = logging.getLogger("epochstream.transport")
 
