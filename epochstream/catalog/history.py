@@ -5,7 +5,7 @@ durable subscriptions (their tables, records, and every read and write of them).
 the write lock: :mod:`epochstream.catalog.store`) and is given the consumer groups' tables
 (:class:`~epochstream.catalog.groups.GroupTables`) too: a trim stops the groups it leaves behind,
 in its own transaction. The values it hands out are :mod:`epochstream.catalog.history_records`;
-the log files themselves are :mod:`epochstream.epochlog`.
+the log files themselves are :mod:`epochstream.log`.
 
 Tables (created by schema version 2, :mod:`epochstream.catalog.schema`); times and frontiers are
 JSON like ``partitions.upper`` (:func:`~epochstream.catalog.records.encode_upper`)::

@@ -13,7 +13,7 @@ live publisher (the logs' index lives in the catalog; the files are read directl
 
 Where the bytes come from (``source``, default ``$EPOCHSTREAM_HISTORY_SOURCE`` or ``"auto"``):
 ``"disk"`` reads the segment files (the log's directory must be readable here); ``"publisher"``
-asks the partition's live publisher on its endpoint (:mod:`epochstream.history_remote`);
+asks the partition's live publisher on its endpoint (:mod:`epochstream.log.remote`);
 ``"auto"`` reads the files when the log was written on this host and its directory exists, and
 asks the live publisher otherwise. The index is always read from the catalog.
 
@@ -197,8 +197,8 @@ class History:
         """For each ``(time, records)`` of ``epochs`` (as :meth:`records` returns them), in
         order, yield ``(time, records, [(partition, encoded payload), ...])``: the payloads in
         the order they were sent, per partition in the order of ``records``. Files are read and
-        checked here (:func:`~epochstream.epochlog.read_epoch`); reads through a publisher are
-        pipelined (:class:`~epochstream.history_remote.RemoteLog`) and their message counts
+        checked here (:func:`~epochstream.log.format.read_epoch`); reads through a publisher are
+        pipelined (:class:`~epochstream.log.remote.RemoteLog`) and their message counts
         checked against the index. Raises as :meth:`payloads`; ``states``/``info`` as there."""
         epochs = list(epochs)
         wanted: dict[int, list] = {}

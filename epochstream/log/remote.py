@@ -1,6 +1,6 @@
 """Reading a partition's epoch log through its live publisher, for readers on another machine
 (docs/history.md, "Remote history"; the server side is
-:mod:`epochstream.transport.history_server`, the messages ``r``/``R`` are in
+:mod:`epochstream.transport.log_server`, the messages ``r``/``R`` are in
 :mod:`epochstream.wire`).
 
 :class:`RemoteLog` keeps one DEALER connection to the publisher's endpoint and at most

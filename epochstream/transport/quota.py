@@ -15,7 +15,7 @@ further messages are discarded unread, it gets an ``X error`` notice (``reason: 
 (round-robin), so a flood is charged to the flooder, not to the subscribers beside it; a
 subscriber sends a handful of messages per second (hello, pings, credit grants once per
 ``credit / 2`` data messages, filter updates, history reads at most
-:data:`~epochstream.transport.history_server.MAX_PENDING` ahead of their answers) and never comes
+:data:`~epochstream.transport.log_server.MAX_PENDING` ahead of their answers) and never comes
 near the quota. The idea is Kafka's per-client request quota, measured against the broker's
 backlog instead of wall-clock time (a ZeroMQ peer cannot be throttled, only refused).
 

@@ -81,7 +81,8 @@ class _Watch:
 
     def _run(self):
         while True:
-            server = getattr(getattr(self.pub, "_loop", None), "_history", None)
+            logs = getattr(getattr(self.pub, "_loop", None), "_logs", None)
+            server = getattr(logs, "history", None)
             if server is not None:
                 out = dict(server._outstanding)
                 now = {"outstanding": sum(out.values()), "per_peer": max(out.values(), default=0),
