@@ -21,8 +21,9 @@ Modules, one concept each:
 
 - :mod:`~epochstream.spark.ingest` — the ingest wire: message types and their one codec;
 - :mod:`~epochstream.spark.staging` — the pure exactly-once staging ledger;
-- :mod:`~epochstream.spark.host` — :class:`SparkPublisherHost` and its per-partition serving
-  loop, which drives the ledger and the Publisher;
+- :mod:`~epochstream.spark.host` — :class:`SparkPublisherHost`, serving every partition;
+- :mod:`~epochstream.spark.partition_server` — the serving loop of one partition, which drives
+  the ledger and the Publisher;
 - :mod:`~epochstream.spark.client` — a Spark worker's connections to the ingest endpoints, and
   the driver-side COMMIT of an epoch;
 - :mod:`~epochstream.spark.sink` — the Data Source, its stream writer and commit message;
