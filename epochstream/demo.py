@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from rich.console import Console
 from rich.markup import escape
 
-from . import flights
+from ._demo import flights
 from ._demo import PARTITIONS, TOPIC
 from ._demo.display import LiveDisplay
 from ._demo.subscribers import DemoSubscribers, SubResult

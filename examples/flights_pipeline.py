@@ -3,7 +3,7 @@ one epoch per day, a second one reads the topic and writes per-day aggregates to
 plain subscriber attached mid-stream prints the same aggregates from the epochs it receives.
 
 - **The flights query** (this process): the per-day Parquet files of
-  :func:`epochstream.flights.day_files`, one day per micro-batch, written with
+  :func:`epochstream._demo.flights.day_files`, one day per micro-batch, written with
   ``format("epochstream")`` through a :class:`~epochstream.spark.SparkPublisherHost` into topic
   ``flights-pipeline`` (two partitions, ``retention=Retention()``: the second query reads the
   topic's history), exactly as ``epochstream demo`` does; batch ``b`` = day ``b`` = epoch ``b``.
@@ -49,7 +49,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from epochstream import Catalog, Retention, Subscriber, flights
+from epochstream import Catalog, Retention, Subscriber
+from epochstream._demo import flights
 from epochstream.catalog import is_catalog_url
 from epochstream._demo.terminal import fd2_to
 from epochstream.errors import TopicNotFound

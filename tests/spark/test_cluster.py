@@ -22,7 +22,8 @@ import pyarrow as pa  # noqa: E402
 
 from cluster import (Driver, catalog_connections, command, committed_parquet,  # noqa: E402
                      executor_processes, open_paths)
-from epochstream import Catalog, Publisher, Retention, flights  # noqa: E402
+from epochstream import Catalog, Publisher, Retention  # noqa: E402
+from epochstream._demo import flights  # noqa: E402
 from epochstream._demo.cluster import CatalogService  # noqa: E402
 from epochstream.spark import SparkPublisherHost  # noqa: E402
 from spark_support import Collector, check_whole  # noqa: E402

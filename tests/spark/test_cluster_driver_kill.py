@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 from cluster import Driver  # noqa: E402
-from epochstream import Catalog, flights  # noqa: E402
+from epochstream import Catalog  # noqa: E402
+from epochstream._demo import flights  # noqa: E402
 from epochstream.spark import SparkPublisherHost  # noqa: E402
 from spark_support import Collector, check_whole  # noqa: E402
 

@@ -24,7 +24,7 @@ pytest.importorskip("pyspark")
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from epochstream import flights  # noqa: E402
+from epochstream._demo import flights  # noqa: E402
 from epochstream._demo.cluster import CatalogService  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

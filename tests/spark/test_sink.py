@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from epochstream import flights  # noqa: E402
+from epochstream._demo import flights  # noqa: E402
 from epochstream.catalog import Catalog  # noqa: E402
 from epochstream.spark import EpochstreamStreamWriter, IngestError, SparkPublisherHost  # noqa: E402
 from spark_support import (TOPIC, Collector, await_query, check_whole, start,  # noqa: E402

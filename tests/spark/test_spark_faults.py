@@ -10,7 +10,8 @@ host keeps serving: on the standalone cluster, ``test_cluster_driver_kill.py``.)
 (A COMMIT whose attempt lost its staged rows is refused: ``test_host.py``.)
 
 Every test checks what a subscriber attached throughout received: each epoch exactly once, in
-order, and whole (row counts and dates equal the pandas reference of :mod:`epochstream.flights`).
+order, and whole (row counts and dates equal the pandas reference of
+:mod:`epochstream._demo.flights`).
 The numbers quoted in docs/reliability.md ("Spark faults") come from ``timings`` printed with
 ``pytest -s``."""
 
@@ -25,7 +26,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from epochstream import flights  # noqa: E402
+from epochstream._demo import flights  # noqa: E402
 from epochstream.catalog import Catalog  # noqa: E402
 from epochstream.spark import SparkPublisherHost  # noqa: E402
 from spark_support import (QUERY_TIMEOUT, TOPIC, Collector, await_query, check_whole,  # noqa: E402
