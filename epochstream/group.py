@@ -1,9 +1,9 @@
 """Consumer groups: workers that share the epochs of a topic, with leases, acks and redelivery
 at epoch granularity (docs/consumers.md).
 
-Seed 003 (RavenDB concurrent subscriptions: several workers on one subscription, a failed batch
-redelivered, never two workers on the same item at once) and seed 004 (NATS JetStream pull
-consumers: ``fetch``, ``ack``/``nak``/``in_progress``, ``max_deliver``, ``ack_wait``) set the
+RavenDB's concurrent subscriptions (several workers on one subscription, a failed batch
+redelivered, never two workers on the same item at once) and NATS JetStream's pull consumers
+(ADR-13: ``fetch``, ``ack``/``nak``/``in_progress``, ``max_deliver``, ``ack_wait``) set the
 expectations; the unit here is the whole epoch, and times may be partially ordered.
 
 A group reads its epochs from the topic's durable history (the publishers need

@@ -1,5 +1,6 @@
 """A relay: one subscription upstream, any number of subscribers downstream — the device of
-seed 001 (docs/filters.md, "Relays").
+ZeroMQ's PUB/SUB design (Martin Sústrik, "Design of PUB/SUB subsystem in ØMQ"; docs/filters.md,
+"Relays").
 
 ``Relay(topic, catalog, tier="relay")`` subscribes to ``topic`` once (every partition, merged:
 :class:`~epochstream.transport.subscriber.Subscriber`) and republishes it as the one-partition

@@ -1,5 +1,5 @@
 """What a relay asks its upstream for: the pure policy behind subscriptions that travel up
-through relays (docs/filters.md, "Relays"; seed 001: a subscription travels upstream through
+through relays (docs/filters.md, "Relays"; ZeroMQ's PUB/SUB design: a subscription travels upstream through
 every device, so a message nobody downstream wants does not cross the upstream link). No
 sockets, no clock, no threads: the relay's publisher loop drives it.
 
