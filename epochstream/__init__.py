@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the lazy names below, with their real types for type checke
     from .log.reader import History as History
     from .group import EpochGroup as EpochGroup, Lease as Lease
     from .filters import Filter as Filter
+    from .options import Credit as Credit, Durable as Durable
     from .security import Security as Security
 
 _LAZY = {
@@ -52,7 +53,7 @@ _LAZY = {
     "Publisher": "transport", "Subscriber": "transport", "Relay": "transport",
     "Catalog": "catalog",
     "Retention": "retention", "History": "log.reader", "EpochGroup": "group", "Lease": "group",
-    "Filter": "filters",
+    "Filter": "filters", "Credit": "options", "Durable": "options",
     "Security": "security",
 }
 

@@ -29,6 +29,7 @@ from ..events import DataMessage, Epoch, FetchResult, Gap, LowerFrontierUpdate
 from ..filters import Filter
 from ..order import TOTAL, by_name
 from ..position import resolve_position
+from ..options import Credit, Durable, subscriber_values
 from ..security import Security
 from .durable import DurableCursor
 from .filtering import FilterSession
@@ -61,10 +62,8 @@ class Subscriber:
       :class:`~epochstream.errors.PublisherLost` (a restarted publisher) or
       :class:`~epochstream.errors.PublisherAborted` (a successor within ``timeout``), re-join
       and report a :class:`~epochstream.events.Gap`; no partial epoch, no epoch twice.
-    - ``credit``: flow control — each publisher sends at most ``credit`` ``D``/``F`` messages
-      (``credit_unit="epochs"``: frontier advances, the unit for :meth:`fetch`) ahead of what
-      this subscriber has read: a slow but steady consumer slows the publisher down instead of
-      being evicted.
+    - ``credit``: flow control, a :class:`~epochstream.options.Credit` (or an int with
+      ``credit_unit``): publishers send at most that far ahead of what this subscriber read.
     - ``ping_interval``: seconds between pings to each publisher (restarts are noticed within
       about this time).
     - ``start``: where to begin (docs/history.md). ``"latest"`` (default) is Strymon's join:
@@ -75,17 +74,14 @@ class Subscriber:
       duplicate. Raises :class:`~epochstream.errors.HistoryUnavailable` (from the constructor
       when every partition is closed, else from the iterators once every snapshot is in) when
       a partition with data at or beyond the position keeps no log or retains less.
-    - ``durable``: a name; the catalog holds this subscription's position (created at
-      ``start`` on first use). :meth:`ack` acknowledges an epoch; :attr:`position` is the acked
-      frontier; the next ``Subscriber(..., durable=name)`` resumes there: acked epochs are never
-      redelivered, unacked ones are redelivered whole. A second live holder of the name raises
-      :class:`~epochstream.errors.SubscriptionHeld` unless ``takeover=True`` (the previous
-      holder's acks are refused from then on); a subscription that fell behind retention raises
-      :class:`~epochstream.errors.SubscriptionExpired`. With ``recover=True`` and history, a
-      re-join is filled from the logs instead of yielding a :class:`~epochstream.events.Gap`
-      (a durable subscriber never yields one: it raises instead).
-    - ``keys``, ``columns``, ``where``: a filter (docs/filters.md,
-      :class:`~epochstream.filters.Filter`), applied by each publisher and re-checked here: an
+    - ``durable``: a :class:`~epochstream.options.Durable` (or a name, with ``takeover``):
+      the catalog holds this subscription's position (created at ``start`` on first use);
+      :meth:`ack` acknowledges an epoch, :attr:`position` is the acked frontier, a resume
+      never redelivers an acked epoch and redelivers unacked ones whole. A second live holder
+      raises :class:`~epochstream.errors.SubscriptionHeld` unless ``takeover``; one behind
+      retention :class:`~epochstream.errors.SubscriptionExpired`. It never yields a ``Gap``.
+    - ``record_filter`` (a :class:`~epochstream.filters.Filter`), or ``keys``, ``columns``,
+      ``where``: a filter (docs/filters.md), applied by each publisher and re-checked here: an
       epoch is whole under the filter — exactly its matching records, or nothing of it.
       :meth:`update_filter` changes it at an epoch boundary. A malformed filter raises
       :class:`~epochstream.filters.FilterError` here; one the data cannot be evaluated against
@@ -105,20 +101,24 @@ class Subscriber:
     out: :class:`~epochstream.errors.SubscriberLagged` (evicted),
     :class:`~epochstream.errors.PublisherLost`, :class:`~epochstream.errors.PublisherAborted`,
     :class:`~epochstream.errors.ProtocolError` (a publisher refused this subscriber or broke the
-    protocol); the constructor raises :class:`~epochstream.errors.TopicNotFound` for an unknown
-    topic.
+    protocol); the constructor: :class:`~epochstream.errors.TopicNotFound` (unknown topic).
     """
 
     def __init__(self, topic: str, catalog=None, *, endpoints=None, order=None, codec: str | None = None,
                  wait: float = 10.0, timeout: float = 10.0, rcvhwm: int = 1000, recover: bool = False,
-                 credit: int | None = None, ping_interval: float = 1.0, start: Any = "latest",
-                 durable: str | None = None, takeover: bool = False,
-                 credit_unit: str = "messages", context: zmq.Context | None = None,
-                 keys=None, columns=None, where=None, security: Security | None = None):
-        self.security = check_options(security, endpoints, takeover, credit, credit_unit)
-        self.topic, self.credit, self.credit_unit = topic, credit, credit_unit
-        self.timeout, self.recover = float(timeout), bool(recover)
-        self.ping_interval, self.durable = float(ping_interval), durable
+                 credit: int | Credit | None = None, ping_interval: float = 1.0,
+                 start: Any = "latest", durable: str | Durable | None = None,
+                 takeover: bool = False, credit_unit: str = "messages",
+                 context: zmq.Context | None = None, keys=None, columns=None, where=None,
+                 security: Security | None = None, record_filter: Filter | None = None):
+        record_filter, flow, held = subscriber_values(record_filter, keys, columns, where,
+                                                      credit, credit_unit, durable, takeover)
+        self.security = check_options(security, endpoints)
+        self.topic, self.timeout, self.recover = topic, float(timeout), bool(recover)
+        credit, credit_unit = (None, credit_unit) if flow is None else (flow.count, flow.unit)
+        durable, takeover = (None, False) if held is None else (held.name, held.takeover)
+        self.credit, self.credit_unit, self.durable = credit, credit_unit, durable
+        self.ping_interval = float(ping_interval)
         self._catalog: Catalog | None = None
         info = None
         if endpoints is None:
@@ -136,7 +136,8 @@ class Subscriber:
         self.id = uuid.uuid4().hex  # the same on every partition and every re-connection
         self.gaps: list[Gap] = []
         self.stats: collections.Counter = collections.Counter()
-        self._filters = FilterSession(topic, order, self.codec.name, n, keys, columns, where)
+        self._filters = FilterSession(topic, order, self.codec.name, n, record_filter.keys,
+                                      record_filter.columns, record_filter.where or None)
         self._durable = None if durable is None else \
             DurableCursor(topic, durable, self._catalog, order, self.id)
         self._fill = HistoryFill(topic, self._catalog, order, self.codec, self._filters,
@@ -259,7 +260,6 @@ class Subscriber:
         the hello was refused)."""
         return self._join.wait_ready(timeout)
 
-    # -- handing out -------------------------------------------------------------------------
     def poll_encoded(self, timeout: float) -> list:
         """Wait up to ``timeout`` seconds; the events that arrived, with data still encoded
         (wire bytes, not re-checked): what a relay forwards (transport/relay.py). Not to be

@@ -427,20 +427,11 @@ def _weak(method):
     return call
 
 
-def check_options(security, endpoints, takeover, credit, credit_unit) -> Security | None:
-    """A subscriber's ``security`` (``None`` when off), after checking the options of its join
-    that go together: ``TypeError``/``ValueError`` naming the offender."""
+def check_options(security, endpoints) -> Security | None:
+    """A subscriber's ``security`` (``None`` when off), checked against its ``endpoints``
+    (``TypeError``/``ValueError`` naming the offender)."""
     security = checked(security, "client")
     if security is not None and endpoints is not None and security.server_public is None:
         raise ValueError("a subscriber with endpoints= has no catalog to find the "
                          "publishers' keys in: pass Security.curve(server_public=...)")
-    if not isinstance(takeover, bool):  # a truthy "false" must not take a live holder's name
-        raise TypeError(f"takeover must be True or False, got {takeover!r}")
-    if credit_unit not in ("messages", "epochs"):
-        raise ValueError(f"credit_unit must be 'messages' or 'epochs', got {credit_unit!r}")
-    least = 2 if credit_unit == "messages" else 1
-    if credit is not None and (isinstance(credit, bool) or not isinstance(credit, int)
-                               or credit < least):
-        raise ValueError(f"credit must be an int >= {least} ({credit_unit}), got {credit!r}")
     return security
-
