@@ -227,16 +227,22 @@ class SubscriberProtocol:
       elements separately;
     - retirement: filter element ``f`` is removed once no merged lower element is ``<= f``.
 
-    ``floor``: times (an antichain) the subscriber has already seen complete — after a re-join
-    (eviction, publisher restart) data at ``t`` is also dropped unless some floor element is
-    ``<= t``, so no epoch is delivered twice.
+    ``as_of``: times (an antichain; differential dataflow's *as of*, the frontier a view is
+    valid from) — data at ``t`` is also dropped unless some element is ``<= t``: a join at a
+    position, or a re-join (eviction, publisher restart) at what was already seen complete, so
+    no epoch is delivered twice. (``floor=``, its old name, is a deprecated alias; ``floor`` is
+    still its name on the wire, docs/protocol.md.)
 
     Raises :class:`ProtocolError` for a partition out of range, a second snapshot from a
     partition, a message before a partition's snapshot, or delivered data behind the merged lower
     frontier. The state is unchanged by a rejected message.
     """
 
-    def __init__(self, order, partitions: int = 1, *, floor=None):
+    def __init__(self, order, partitions: int = 1, *, as_of=None, floor=None):
+        if floor is not None:  # deprecated alias, removed in the next release
+            if as_of is not None:
+                raise ValueError("pass as_of= (floor= is its deprecated alias), not both")
+            as_of = floor
         if not isinstance(partitions, int) or partitions < 1:
             raise ValueError(f"partitions must be an int >= 1, got {partitions!r}")
         self.order = order
@@ -248,9 +254,9 @@ class SubscriberProtocol:
         self._filter = Antichain(dual(order))
         self._le = order.le
         self._check = getattr(order, "check", None)
-        self._floor = None if floor is None else Antichain(order, floor)
-        self.dropped = 0  # data messages dropped by the filter (or the floor)
-        self.version = 0  # bumped whenever the filter or floor changes (verdict caches key on it)
+        self._as_of = None if as_of is None else Antichain(order, as_of)
+        self.dropped = 0  # data messages dropped by the filter (or as_of)
+        self.version = 0  # bumped whenever the filter or as_of changes (verdict caches key on it)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -281,12 +287,12 @@ class SubscriberProtocol:
     @property
     def filtering(self) -> bool:
         """True while some data may still be dropped (a filter element or a floor is set)."""
-        return bool(self._filter) or self._floor is not None
+        return bool(self._filter) or self._as_of is not None
 
     def passes(self, time) -> bool:
         """True iff data at ``time`` would pass the current filter (lets the transport skip
         decoding payloads that will be dropped). Only meaningful once ``ready``."""
-        if self._floor is not None and not self._floor.less_equal(time):
+        if self._as_of is not None and not self._as_of.less_equal(time):
             return False
         le = self._le
         for f in self._filter:
@@ -304,22 +310,25 @@ class SubscriberProtocol:
                 f"data at time {time!r} is behind the merged lower frontier {list(self.lower)!r}")
         return [DataMessage(time, data, nbytes)]
 
-    def raise_floor(self, floor) -> None:
-        """Also drop data not at or beyond ``floor`` (times, an antichain; the join with the
-        floor already set): a relay that had to widen its upstream subscription serves a
-        joining subscriber only from there (docs/filters.md, "Relays"). Only before ``ready``
-        (afterwards part of an epoch could already have been passed on): else
-        :class:`ProtocolError`, and for malformed times."""
+    def advance_as_of(self, as_of) -> None:
+        """Also drop data not at or beyond ``as_of`` (times, an antichain; joined with the
+        ``as_of`` already set): a relay that had to widen its upstream subscription serves a
+        joining subscriber only from there (docs/filters.md, "Relays"; the snapshot's ``floor``
+        on the wire). Only before ``ready`` (afterwards part of an epoch could already have been
+        passed on): else :class:`ProtocolError`, and for malformed times."""
         if self._ready:
-            raise ProtocolError("a floor arrived after every partition's snapshot")
+            raise ProtocolError("a floor (as_of) arrived after every partition's snapshot")
         check = self._check or (lambda t: t)
-        floor = [check(t) for t in floor]
-        if not floor:
-            raise ProtocolError("an empty floor (no time at or beyond it)")
-        if self._floor is not None:
-            floor = list(join(self.order, self._floor.elements, floor))
-        self._floor = Antichain(self.order, floor)
+        as_of = [check(t) for t in as_of]
+        if not as_of:
+            raise ProtocolError("an empty floor (as_of: no time at or beyond it)")
+        if self._as_of is not None:
+            as_of = list(join(self.order, self._as_of.elements, as_of))
+        self._as_of = Antichain(self.order, as_of)
         self.version += 1
+
+    #: deprecated alias of :meth:`advance_as_of`, removed in the next release
+    raise_floor = advance_as_of
 
     # -- input -----------------------------------------------------------------------------
     def receive(self, partition: int, message) -> list:
@@ -371,12 +380,12 @@ class SubscriberProtocol:
     def _start(self) -> list:
         # Before the start nothing but the snapshots and the buffer has changed: a buffered
         # message rejected here (data behind the merged lower frontier) restores exactly that.
-        saved = (self._buffer, Antichain(self._filter.order, self._filter.elements), self._floor,
+        saved = (self._buffer, Antichain(self._filter.order, self._filter.elements), self._as_of,
                  self.version, self.dropped)
         try:
             return self._start_unguarded()
         except BaseException:
-            self._buffer, self._filter, self._floor, self.version, self.dropped = saved
+            self._buffer, self._filter, self._as_of, self.version, self.dropped = saved
             self._lower = MutableAntichain(self.order)
             self._ready = False
             raise
@@ -413,7 +422,7 @@ class SubscriberProtocol:
                     if le(t, f):
                         self.dropped += 1
                         return []
-            if self._floor is not None and not self._floor.less_equal(t):
+            if self._as_of is not None and not self._as_of.less_equal(t):
                 self.dropped += 1
                 return []
             if not self._lower.less_equal(t):
@@ -424,7 +433,7 @@ class SubscriberProtocol:
         if self._check is not None:
             updates = [(self._check(t), d) for t, d in updates]
         changes = self._lower.update_iter(updates)
-        if self._filter or self._floor is not None:
+        if self._filter or self._as_of is not None:
             self._retire()
         return [LowerFrontierUpdate(tuple(changes))] if changes else []
 
@@ -436,6 +445,6 @@ class SubscriberProtocol:
             self.version += 1
         # The floor is retired once every merged lower element is at or beyond it: all data that
         # can still arrive is then beyond the floor anyway.
-        if self._floor is not None and all(self._floor.less_equal(t) for t in lower.frontier):
-            self._floor = None
+        if self._as_of is not None and all(self._as_of.less_equal(t) for t in lower.frontier):
+            self._as_of = None
             self.version += 1

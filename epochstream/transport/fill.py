@@ -5,7 +5,7 @@ live stream drops (docs/history.md, "Joining at a position").
 (its own state). The decisions are the pure :class:`~epochstream.position.HistoryJoin`; this
 module reads the catalog's index and the logs (:class:`~epochstream.history.History`) for them.
 
-How a join at position ``A`` stays gapless: the live join gets a floor ``A`` (data not at or
+How a join at position ``A`` stays gapless: the live join is *as of* ``A`` (data not at or
 beyond ``A`` is dropped) and its Strymon filter ``U`` drops every epoch some partition had begun
 before the join. When every snapshot is in, :class:`HistoryJoin` names the epochs history must
 supply (``A <= t <= u``) and the partitions whose logs it needs; each is checked (a log that

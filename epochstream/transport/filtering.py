@@ -97,7 +97,7 @@ class FilterSession:
             if not isinstance(floor, (list, tuple)):
                 raise ProtocolError(f"partition {partition}: snapshot floor {floor!r:.80} is "
                                     f"not a list of times")
-            protocol.raise_floor(floor)
+            protocol.advance_as_of(floor)
         if self._wait is not None:  # a re-join while a change is pending: its snapshot
             self._wait[partition] = tuple(snap.upper)  # is its switch
 

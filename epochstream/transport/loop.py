@@ -30,15 +30,17 @@ from .loop_log import LogDriver
 from .loop_peers import PEER_WARNING_EVERY_S, PeerControl, PeerWarnings
 from .sockets import transmit_to
 
-__all__ = ["PublisherLoop", "DATA", "FRONTIER", "SYNC", "ABORT", "STOP", "GATE", "UPPER",
-           "PEER_WARNING_EVERY_S"]
+__all__ = ["PublisherLoop", "DATA", "FRONTIER", "SYNC", "ABORT", "STOP", "UPSTREAM_CHANGED",
+           "GATE", "UPPER", "PEER_WARNING_EVERY_S"]
 
 log = logging.getLogger("epochstream.transport")
 
 # loop commands (caller thread -> loop thread): (kind, argument, frames)
 DATA, FRONTIER, SYNC, ABORT, STOP = "data", "frontier", "sync", "abort", "stop"
 #: a relay's upstream change is done: argument ``(cover, boundary, error)`` (docs/filters.md)
-GATE = "gate"
+UPSTREAM_CHANGED = "upstream_changed"
+#: deprecated alias of :data:`UPSTREAM_CHANGED`, removed in the next release
+GATE = UPSTREAM_CHANGED
 #: data at a time that grows the upper frontier: argument ``(time, request)``, frames as DATA;
 #: the upper frontier request (its sequence number) is recorded first (transport/upper.py).
 #: One command, not a marker ahead of the data: it takes no more queue space than the data
@@ -265,7 +267,7 @@ class PublisherLoop:
             self._commit_log(now)
             self._close_log()  # nothing more is logged: a successor may open the log now
             self._peers.abort(arg)
-        elif kind is GATE:
+        elif kind is UPSTREAM_CHANGED:
             self._peers.gate_done(*arg)
         elif kind is STOP:
             self._commit_log(now)

@@ -24,7 +24,7 @@ __all__ = ["RelayGate"]
 
 class RelayGate:
     """The gate of the relay ``relay`` (its ``request(cover)`` asks the relay's thread to change
-    its upstream subscription; it answers with a ``GATE`` command) publishing ``topic`` of
+    its upstream subscription; it answers with a ``UPSTREAM_CHANGED`` command) publishing ``topic`` of
     ``order``; narrowing at most once per ``heartbeat_interval``."""
 
     def __init__(self, relay, topic: str, order, heartbeat_interval: float,

@@ -305,7 +305,7 @@ class PeerControl:
         gate.request(self._filters.live())
 
     def gate_done(self, target, b, error) -> None:
-        """A ``GATE`` command: the relay's thread changed its upstream subscription to
+        """A ``UPSTREAM_CHANGED`` command: the relay's thread changed its upstream subscription to
         ``target`` from ``b`` on (or failed with ``error``, a str)."""
         if self._gate.done(target, b, error, self._frontiers()[0]):
             self.gate_step()

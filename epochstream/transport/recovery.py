@@ -13,7 +13,7 @@ the catalog's word, and the subscriber carries the decisions out (:data:`CLOSED`
 - a publisher that restarted (new incarnation) with ``recover=True``: a re-join;
 - silence past ``timeout``: :class:`~epochstream.errors.PublisherLost`.
 
-A re-join drops the join's incomplete epochs, joins every partition afresh with a *floor* (the
+A re-join drops the join's incomplete epochs, joins every partition afresh *as of* a frontier (the
 merged lower frontier before it, so no epoch is delivered twice, and never below the join's
 position, which the stream may not have reached yet) and, once every fresh snapshot is in,
 reports a complete :class:`~epochstream.events.Gap` — or, where the epoch logs hold what was
@@ -61,9 +61,9 @@ class Recovery:
         self.pending_gap: tuple | None = None  # (reason, partition, since) while re-joining
         self.announced: tuple = ()  # the merged lower frontier handed out before a re-join
 
-    def rejoin_floor(self, reason: str, partition: int, protocol, position) -> tuple | None:
+    def rejoin_as_of(self, reason: str, partition: int, protocol, position) -> tuple | None:
         """A re-join of the join whose protocol state is ``protocol`` (its position
-        ``position``: ``None`` for latest) after ``reason`` on ``partition``: the floor the
+        ``position``: ``None`` for latest) after ``reason`` on ``partition``: the ``as_of`` the
         new join starts at. Remembers the gap to report (or fill) once the new join is
         ready."""
         if protocol.ready:

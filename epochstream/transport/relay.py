@@ -39,7 +39,7 @@ from ..errors import EpochstreamError
 from ..events import DataMessage, Gap, LowerFrontierUpdate
 from ..filters import Filter
 from ..frontier import apply_changes
-from .loop import GATE
+from .loop import UPSTREAM_CHANGED
 from .publisher import Publisher
 from .subscriber import Subscriber
 
@@ -112,7 +112,7 @@ class Relay:
 
     def request(self, target: Filter) -> None:
         """Called by the downstream publisher's loop (any thread): change the upstream
-        subscription to ``target``; the relay's thread does it and reports back (``GATE``)."""
+        subscription to ``target``; the relay's thread does it and reports back (``UPSTREAM_CHANGED``)."""
         self._requests.put(target)
 
     def _change_upstream(self) -> None:
@@ -135,7 +135,7 @@ class Relay:
                 result = (target, None, f"{type(e).__name__}: {e}")
                 log.warning("relay %s: could not change the upstream filter to %r: %s",
                             self.name, target, e)
-            self._down._handoff.put_final((GATE, result, None))
+            self._down._handoff.put_final((UPSTREAM_CHANGED, result, None))
 
     @property
     def publisher(self) -> Publisher:

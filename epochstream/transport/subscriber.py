@@ -169,7 +169,7 @@ class Subscriber:
         try:
             if info is not None and position is None and durable is None:
                 info = await_live(self._catalog, info, wait)  # "latest" of an ended topic
-            self._join.join(floor=position, info=info)
+            self._join.join(as_of=position, info=info)
         except BaseException:
             if durable is not None:
                 durable.refused = durable.created

@@ -109,8 +109,9 @@ class TopicJoin:
         self.heartbeats: dict[int, float] = {}  # publishers' heartbeat intervals (s)
         fill.retire = _weak(self.retire)  # a finished partition the fill kept open
 
-    def join(self, floor, info: TopicInfo | None = None) -> None:
-        """Join every partition (afresh, on a re-join) with the Strymon floor ``floor``."""
+    def join(self, as_of, info: TopicInfo | None = None) -> None:
+        """Join every partition (afresh, on a re-join) at ``as_of`` (data not at or beyond it
+        is dropped; ``None``: latest)."""
         if self._endpoints_given is not None:
             endpoints, closed, self._catalog_incarnations = list(self._endpoints_given), {}, {}
         else:
@@ -122,7 +123,7 @@ class TopicJoin:
                 endpoints[i] = None
                 closed[i] = ()
         keys = server_keys(self.topic, self.security, info, endpoints)
-        self.protocol = SubscriberProtocol(self.order, self.partitions, floor=floor)
+        self.protocol = SubscriberProtocol(self.order, self.partitions, as_of=as_of)
         self._endpoints = self.fill.endpoints = \
             {i: ep for i, ep in enumerate(endpoints) if ep is not None}
         # filter verdicts per raw data header: valid for this join's protocol state only
@@ -155,14 +156,14 @@ class TopicJoin:
         fresh snapshots; the gap is reported (or filled from history) once they are all in
         (transport/recovery.py)."""
         self.fill.join = None  # the old join's fill: the new join plans its own
-        since = self._recovery.rejoin_floor(reason, partition, self.protocol,
+        since = self._recovery.rejoin_as_of(reason, partition, self.protocol,
                                             self.position)
         for p in list(self.links.live()):
             self.retire(p)
         self.stats["rejoins"] += 1
         log.warning("topic %r: re-joining after %s on partition %s (last complete epoch %r)",
                     self.topic, reason, partition, self._release.last_epoch)
-        self.join(floor=since)
+        self.join(as_of=since)
 
     def _settle(self, now: float) -> None:
         """Carry out what recovery decides about silent or changed partitions."""
