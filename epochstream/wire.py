@@ -1,95 +1,22 @@
-"""Multipart wire format: message kinds, frame encoding and decoding, control-header schemas
-(see ``docs/protocol.md`` for the full spec; the payload codecs are in :mod:`epochstream.codecs`).
+"""The multipart wire format: message kinds, frame encoding and decoding, and the control
+headers' schemas — specified in docs/protocol.md (§2 frames: every kind and each control schema); the payload
+codecs are in :mod:`epochstream.codecs` (:func:`codec`, :data:`CODECS`, :class:`MsgpackCodec`
+and :class:`ArrowCodec` are re-exported here).
 
 Every message is a ZeroMQ multipart message (Strymon: "time and data in separate multi-part
-slots ... drop filtered messages without decoding the data part"):
+slots ... drop filtered messages without decoding the data part"): frame 0 the kind and
+version (2 bytes, e.g. ``b"D\\x01"``), frame 1 a msgpack header, frame 2 the payload (data
+only). Publisher → subscriber: ``S`` snapshot, ``D`` data (header: the time alone, so a
+subscriber can cache its filter verdict per raw header bytes), ``F`` lower frontier update,
+``H`` heartbeat, ``X`` notice, ``R`` history epoch. Subscriber → publisher: ``h`` hello, ``c``
+credit, ``p`` ping, ``b`` bye, ``u`` update filter, ``r`` read history.
 
-==========  ===============================  ==========================================
-frame 0     2 bytes: kind (ASCII), version   e.g. ``b"D\\x01"``
-frame 1     msgpack header                   per kind, below
-frame 2     payload (data only)              encoded by the topic's codec
-==========  ===============================  ==========================================
-
-Publisher → subscriber kinds:
-
-- ``S`` snapshot — header ``{"lower": [T...], "upper": [T...], "topic": str, "partition": int,
-  "order": str, "codec": str, "incarnation": str, "heartbeat": float seconds}``
-- ``D`` data — header: the time ``T`` alone (an int, or an array for product times), so a
-  subscriber can cache the filter verdict per raw header bytes; frame 2 the payload.
-- ``F`` lower frontier update — header ``[[T, delta], ...]`` (each ``delta`` an int: +1 or -1
-  from our publisher; any int is accepted)
-- ``H`` heartbeat — header ``{"lower": [T...]}`` (sent while the stream is idle)
-- ``X`` notice — header ``{"code": str, "message": str, ...}``; ``code`` ``"lagged"`` means the
-  publisher evicted the subscriber, ``"error"`` that it rejected the subscriber's last message,
-  ``"rejoin"`` that it does not know the subscriber (send ``h`` again for a fresh snapshot),
-  ``"history"`` that a history read failed (with ``req`` and ``reason``: ``"unavailable"``,
-  ``"corrupt"``, ``"busy"``; ``retained``: the partition's ``since`` when known).
-- ``R`` history epoch — header ``{"req": int, "time": T, "partition": int}``, then one frame per
-  data message of that epoch in this partition, each an encoded payload, in the order sent (the
-  answer to an ``r``; read from the publisher's epoch log and checked against its checksums).
-
-Subscriber → publisher kinds (over the subscriber's DEALER):
-
-- ``h`` hello — header ``{"topic": str, "partition": int, "id": str, "credit": int (optional),
-  "credit_unit": "messages" | "epochs" (optional), "filter": program (optional)}``
-  (``id``: the subscriber's stable id, the same on every partition and reconnection): asks for a
-  snapshot and registration; with ``credit`` the publisher sends at most that many messages
-  before the subscriber grants more (flow control)
-- ``c`` credit — header ``{"messages": int}``: grants more messages (flow-control mode)
-- ``p`` ping — header ``{"id": str}``: liveness; a publisher that does not know the sender's
-  connection answers with its ``X lagged`` notice if it evicted that id, else ``X rejoin`` (it
-  restarted, or dropped the connection)
-- ``b`` bye — header ``{}``: the subscriber leaves; the publisher frees its state
-- ``u`` update filter — header ``{"id": int, "filter": program}``: replaces the subscriber's
-  filter program (:mod:`epochstream.filters`); answered in stream order by ``X filter`` with
-  ``id`` and ``upper`` (the publisher's upper frontier when it switched).
-- ``r`` read history — header ``{"topic": str, "partition": int, "req": int, "time": T,
-  "received": int}``: asks for one complete epoch from the publisher's epoch log
-  (answered by ``R`` or ``X history``); ``received``: the ``R`` answers this connection has
-  received so far, modulo 2**31 (answers not received yet count against its bound).
-  Stateless: any connection may send it, no ``h`` first (docs/history.md, "Remote history").
-
-Control headers are type-checked where they are decoded, in :func:`decode_control`, against one
-schema per kind (:data:`CONTROL_SCHEMAS`), so a publisher only ever sees well-typed headers:
-
-========  ================  =========  ================================
-kind      field             required   type and range
-========  ================  =========  ================================
-``h``     ``topic``         yes        str
-``h``     ``partition``     yes        int >= 0
-``h``     ``id``            yes        str of at most 128 characters
-``h``     ``credit``        no         int, 1 <= credit <= 2**31
-``h``     ``credit_unit``   no         ``"messages"`` (default) or ``"epochs"``
-``h``     ``filter``        no         a filter program, array of 1..16 entries
-``u``     ``id``            yes        int, 0 <= id <= 2**31
-``u``     ``filter``        yes        a filter program, array of 1..16 entries
-``p``     ``id``            yes        str of at most 128 characters
-``c``     ``messages``      yes        int, 1 <= messages <= 2**31
-``b``     (none)
-``r``     ``topic``         yes        str
-``r``     ``partition``     yes        int >= 0
-``r``     ``req``           yes        int, 0 <= req <= 2**31
-``r``     ``time``          yes        int, or an array of at most 64 ints
-``r``     ``received``      yes        int, 0 <= received <= 2**31
-========  ================  =========  ================================
-
-"int" means a msgpack integer: ``true``/``false`` (Python ``bool``), floats and strings of
-digits are refused, and so is ``nil`` for an optional field (leave the key out instead). The
-header must be a map. Keys not in the table are **ignored** (dropped from the decoded header),
-so a newer subscriber may send fields an older publisher does not know yet (forward
-compatibility; a publisher that ignores ``filter`` sends everything, and the subscriber
-re-checks). :func:`decode_control` returns ``(kind, header)``
-where ``header`` is a ``dict`` holding exactly the known fields that were present, checked; any
-violation is a :class:`~epochstream.errors.WireError` naming kind and field, e.g.
-``hello.partition must be an int >= 0, got 'x'``.
-
-Times are msgpack ints, or arrays of ints for product orders (decoded as tuples).
-
-The payload of frame 2 is encoded by a codec of :mod:`epochstream.codecs` (``msgpack``,
-``arrow``); :func:`codec`, :data:`CODECS`, :class:`MsgpackCodec` and :class:`ArrowCodec` are
-re-exported here, so ``epochstream.wire.codec(name)`` keeps working.
-
-Every decoding failure raises :class:`~epochstream.errors.WireError` naming what was wrong.
+Control headers are type-checked where they are decoded (:func:`decode_control`, one schema per
+kind in :data:`CONTROL_SCHEMAS`), so a publisher only ever sees well-typed headers; keys not in
+the schema are ignored (forward compatibility). Times are msgpack ints, or arrays of ints for
+product orders (decoded as tuples). Every decoding failure raises
+:class:`~epochstream.errors.WireError` naming kind and field, e.g. ``hello.partition must be an
+int >= 0, got 'x'``.
 """
 
 from __future__ import annotations
