@@ -1,7 +1,7 @@
 """The multipart wire format: message kinds, frame encoding and decoding, and the control
-headers' schemas — specified in docs/protocol.md (§2 frames: every kind and each control schema); the payload
-codecs are in :mod:`epochstream.codecs` (:func:`codec`, :data:`CODECS`, :class:`MsgpackCodec`
-and :class:`ArrowCodec` are re-exported here).
+headers' schemas — specified in docs/protocol.md (§2 frames: every kind and each control
+schema); the payload codecs are in :mod:`epochstream.codecs` (:func:`codec`, :data:`CODECS`,
+:class:`MsgpackCodec` and :class:`ArrowCodec` are re-exported here).
 
 Every message is a ZeroMQ multipart message (Strymon: "time and data in separate multi-part
 slots ... drop filtered messages without decoding the data part"): frame 0 the kind and
