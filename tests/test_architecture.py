@@ -86,6 +86,16 @@ def test_every_module_is_in_the_architecture_table():
     assert not missing, f"modules docs/architecture.md does not list: {missing}"
 
 
+def test_every_import_of_the_library_resolves():
+    """Every import of the library's own modules (at module level or inside a function, where
+    only running that code would find a broken one) names a module that exists."""
+    modules = _modules()
+    broken = [f"{path.relative_to(ROOT)}:{line} imports {target}"
+              for name, (path, pkg) in modules.items()
+              for target, line in _imports(name, path, pkg, modules) if target not in modules]
+    assert not broken, "\n".join(broken)
+
+
 def test_imports_point_only_downward_through_the_layers():
     layers, modules = _layers(), _modules()
     upward = []

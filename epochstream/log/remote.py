@@ -50,7 +50,7 @@ class RemoteLog:
         self._sock = (context or zmq.Context.instance()).socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         if security is not None and security.enabled:
-            from .security import apply_client
+            from ..security import apply_client
             try:
                 apply_client(self._sock, security, server_key)
             except BaseException:
