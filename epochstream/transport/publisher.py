@@ -3,10 +3,10 @@
 Two threads. The calling thread validates each call against its own
 :class:`~epochstream.protocol.PublisherProtocol` (errors are raised right there, nothing is sent)
 and hands encoded frames to the loop through a :class:`~epochstream.transport.handoff.Handoff`.
-The loop thread owns the ROUTER: it is the only place where subscribers are registered and
-messages are sent, so a new subscriber's snapshot is taken and the subscriber registered in one
-step — every later message reaches it, no earlier one does (Strymon's "new subscriber connects").
-Who gets what is decided by the pure :class:`~epochstream.transport.fanout.Fanout` policy.
+The loop thread (:mod:`~epochstream.transport.loop`) owns the ROUTER: a new subscriber's
+snapshot is taken and the subscriber registered in one step (Strymon's "new subscriber
+connects"). The partition's standing in the catalog is a composed
+:class:`~epochstream.transport.registration.Registration`.
 """
 
 from __future__ import annotations
@@ -174,8 +174,7 @@ class Publisher:
         self.key, self.partition_key = key, partition_key(key, partitioning)
 
     def _start_loop(self, context, endpoint: str, advertise, sndhwm: int, queue_hwm: int,
-                    max_queue_messages: int, max_queue_bytes: int,
-                    credit_timeout: float) -> None:
+                    max_queue_messages: int, max_queue_bytes: int, credit_timeout) -> None:
         """Bind the ROUTER and build the loop (its thread is started after registering)."""
         self._ctx = context or zmq.Context.instance()
         self._router = bind_router(self._ctx, endpoint, sndhwm=sndhwm,
@@ -203,10 +202,9 @@ class Publisher:
             raise
 
     def _create_topic(self, schema: str | None) -> None:
+        key = {} if self.partition_key is None else {"partition_key": self.partition_key}
         self._catalog.create_topic(self.topic, order=self.order, codec=self.codec.name,
-                                   partitions=self.partitions, schema=schema,
-                                   **({} if self.partition_key is None
-                                      else {"partition_key": self.partition_key}))
+                                   partitions=self.partitions, schema=schema, **key)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -231,9 +229,8 @@ class Publisher:
 
     @property
     def would_block(self) -> bool:
-        """True while a call (``send``, ``advance_to``, ...) would block: the loop is
-        :attr:`queue_hwm` calls behind (flow control holds it back while a subscriber's credit
-        or backlog bound is exhausted). What an event loop polls before a call (``aio``)."""
+        """True while a call (``send``, ...) would block: the loop is :attr:`queue_hwm` calls
+        behind (flow control holds it back). What an event loop polls before a call (``aio``)."""
         handoff = self._handoff
         return len(handoff.commands) >= handoff.hwm and self._thread.is_alive()
 
@@ -259,6 +256,14 @@ class Publisher:
 
     # -- calls -----------------------------------------------------------------------------
     def _check_open(self) -> None:
+        upper, loop, keeper = self._upper, self._loop, self._reg.keeper
+        if ((upper is None or upper.error is None) and loop.log_error is None
+                and loop.error is None and not self._closed
+                and (keeper is None or keeper.valid())):
+            return  # every call takes this path: the checks below only when one failed
+        self._refuse_call()
+
+    def _refuse_call(self) -> None:  # why no call is taken any more (aborting first if new)
         refused = self._reg.refused
         if refused is not None:  # the loop could not record the upper frontier: nothing sent
             self._upper_refused(refused)
