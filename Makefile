@@ -24,7 +24,17 @@ demo: $(STAMP)
 demo-cluster: $(STAMP)
 	$(PY) -m epochstream._demo.cluster demo $(ARGS)
 
-test: $(STAMP)
+# the dashboard's test drives a real headless browser: Debian's chromium and chromium-driver
+BROWSER := /usr/bin/chromedriver
+$(BROWSER):
+	@if [ "$$(id -u)" = 0 ]; then \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; \
+	else echo "make test needs Debian's chromium and chromium-driver (the dashboard's browser" \
+	  "test): sudo apt-get install chromium chromium-driver" >&2; exit 1; fi
+
+test: $(STAMP) $(BROWSER)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -53,8 +53,8 @@ from __future__ import annotations
 import typer
 
 from . import __version__
-from ._cli import (catalog, demo, drop, durable, grants, groups, history, keys, observe, relay,
-                   tail, topics)
+from ._cli import (catalog, dashboard, demo, drop, durable, grants, groups, history, keys,
+                   observe, relay, tail, topics)
 # EXIT_CLOSED and EXIT_UNKNOWN_TOPIC (both EXIT_USAGE) stay importable from here for callers of
 # earlier versions
 from ._cli.output import (EXIT_CLOSED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK,  # noqa: F401
@@ -95,7 +95,7 @@ def _assemble() -> None:
     first the commands of the main app (typer >= 0.15 would take ``app.add_typer(commands)``
     without a name; pyproject allows typer 0.12), then the sub-apps, each with its own name and
     short help."""
-    for module in (topics, tail, history, drop, observe, relay, demo):
+    for module in (topics, tail, history, drop, observe, dashboard, relay, demo):
         app.registered_commands.extend(module.commands.registered_commands)
     for sub_app in (durable.app, groups.app, catalog.app, keys.app, grants.app, observe.app):
         app.add_typer(sub_app)

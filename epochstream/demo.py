@@ -65,8 +65,10 @@ __all__ = ["main", "tail_command", "TOPIC", "PARTITIONS", "SubResult"]
 
 
 def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[str] | None = None,
-         pace: float = 0.0, master: str = "local[2]") -> int:
-    """Run the demo (see the module docstring); returns the exit status."""
+         pace: float = 0.0, master: str = "local[2]", dashboard: str | None = None) -> int:
+    """Run the demo (see the module docstring); returns the exit status. ``dashboard``: serve
+    the catalog's dashboard while it runs on this ``tcp://HOST:PORT`` (another free port if it
+    is taken; ``None``: none)."""
     from .spark import SparkPublisherHost  # pyspark: the spark extra
 
     console = Console()
@@ -95,7 +97,28 @@ def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[st
     if not run.start_host(host_obj):
         shutil.rmtree(workdir, ignore_errors=True)
         return 1
-    return run.run(host_obj)
+    board = None if dashboard is None else _dashboard(console, cat, dashboard)
+    try:
+        return run.run(host_obj)
+    finally:
+        if board is not None:
+            board.stop()
+
+
+def _dashboard(console: Console, cat: Catalog, bind: str) -> Any:
+    """The catalog's dashboard on ``bind`` (or, taken, any free port of its host), its address
+    printed; ``None`` (with a line saying why) if it cannot start."""
+    try:
+        from .dashboard import Dashboard
+        try:
+            board = Dashboard(cat, bind).start()
+        except OSError:
+            board = Dashboard(cat, bind.rpartition(":")[0] + ":*").start()
+    except Exception as e:  # noqa: BLE001 - the demo goes on without it
+        console.print(f"dashboard not started: {escape(str(e))}")
+        return None
+    console.print(f"dashboard: [cyan]{board.url}[/] (while the demo runs)")
+    return board
 
 
 class _Pacing:

@@ -28,7 +28,7 @@ from . import __version__
 from .metrics import CatalogCollector, require_prometheus
 from .report import CatalogReport, TopicReport
 
-__all__ = ["app", "problems", "bind_socket", "serve"]
+__all__ = ["app", "problems", "bind_socket", "serve", "serve_app"]
 
 
 def problems(report: CatalogReport) -> list[str]:
@@ -188,13 +188,19 @@ def bind_socket(bind: str) -> socket.socket:
 def serve(collector: CatalogCollector, sock: socket.socket, stop: threading.Event) -> None:
     """Serve :func:`app` on the listening ``sock`` (uvicorn, in a thread of its own) until
     ``stop`` is set; returns once the server has shut down (up to 10 s)."""
+    serve_app(app(collector), sock, stop)
+
+
+def serve_app(asgi: Any, sock: socket.socket, stop: threading.Event,
+              name: str = "epochstream-metrics") -> None:
+    """Serve the ASGI application ``asgi`` on ``sock`` with uvicorn (in a thread ``name``-http)
+    until ``stop`` is set; returns once the server has shut down (up to 10 s)."""
     import uvicorn
 
-    config = uvicorn.Config(app(collector), log_level="warning", lifespan="off",
-                            access_log=False)
+    config = uvicorn.Config(asgi, log_level="warning", lifespan="off", access_log=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
-                              name="epochstream-metrics-http")
+                              name=f"{name}-http")
     thread.start()  # (not the main thread: uvicorn leaves signals to the caller)
     while not stop.wait(0.2):
         if not thread.is_alive():

@@ -603,7 +603,7 @@ def test_drop_refuses_a_live_topic_unless_forced(runner, cat):
 def test_demo_help_shows_options(runner):
     result = runner.invoke(app, ["demo", "--help"])
     assert result.exit_code == 0
-    for option in ("--days", "--pace", "--host", "--catalog"):
+    for option in ("--days", "--pace", "--host", "--catalog", "--dashboard", "--no-dashboard"):
         assert option in result.output
     assert "temporary" not in result.output  # the catalog is the usual one
 
@@ -620,13 +620,16 @@ def test_demo_command_passes_its_options(runner, monkeypatch):
     monkeypatch.setattr(epochstream.demo, "main", fake_main)
     result = runner.invoke(app, ["demo", "--days", "3", "--pace", "0.5", "-c", "somewhere"])
     assert result.exit_code == 1
-    assert calls == [{"days": 3, "host": "127.0.0.1", "catalog": "somewhere", "pace": 0.5}]
+    assert calls == [{"days": 3, "host": "127.0.0.1", "catalog": "somewhere", "pace": 0.5,
+                      "dashboard": "tcp://127.0.0.1:8080"}]  # on by default in the demo
     assert runner.invoke(app, ["demo", "--pace", "-1"]).exit_code == 2
     result = runner.invoke(app, ["demo", "--days", "2", "--master", "spark://h:7077",
-                                 "-c", "tcp://h:7420"])
+                                 "-c", "tcp://h:7420", "--no-dashboard"])
     assert result.exit_code == 1
     assert calls[-1] == {"days": 2, "host": "127.0.0.1", "catalog": "tcp://h:7420", "pace": 0.0,
-                         "master": "spark://h:7077"}
+                         "master": "spark://h:7077", "dashboard": None}
+    runner.invoke(app, ["demo", "--dashboard-bind", "tcp://0.0.0.0:9000"])
+    assert calls[-1]["dashboard"] == "tcp://0.0.0.0:9000"
 
 
 class _FakeHost:

@@ -22,7 +22,8 @@ commands = typer.Typer()
          "through a PySpark query, one epoch per day, into topic 'flights' (2 partitions) of "
          "the catalog; three subscribers attach at chosen moments and a final table checks "
          "what each received. It prints an 'epochstream tail flights' line to paste into "
-         "another terminal; --pace gives you time to. Needs the spark extra and Java 17. Exit "
+         "another terminal; --pace gives you time to. It serves the catalog's web dashboard "
+         "while it runs (--no-dashboard: not). Needs the spark extra and Java 17. Exit "
          "status 0 if every check passed, 1 otherwise, 130 on Ctrl-C.")
 def demo(
     days: int = typer.Option(365, "--days", min=1, max=365, metavar="N",
@@ -43,8 +44,16 @@ def demo(
              "executors must reach the catalog, so give a catalog service's URL, --catalog "
              "tcp://HOST:PORT, unless they share this machine's files; 'make demo-cluster' "
              "starts a cluster on this machine and runs the demo on it)."),
+    dashboard: bool = typer.Option(True, "--dashboard/--no-dashboard",
+                                   help="Serve the catalog's web dashboard while the demo runs "
+                                        "(its address is printed)."),
+    dashboard_bind: str = typer.Option("tcp://127.0.0.1:8080", "--dashboard-bind",
+                                       metavar="ENDPOINT",
+                                       help="Where the dashboard listens (another free port "
+                                            "if this one is taken)."),
 ) -> None:
     with interruptible():
         code = _demo.main(days=days, host=host, catalog=catalog, pace=pace,
+                          dashboard=dashboard_bind if dashboard else None,
                           **({"master": master} if master else {}))
     raise typer.Exit(int(code or 0))
