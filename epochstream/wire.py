@@ -116,12 +116,12 @@ def _is_time(v) -> bool:
 _ID = f"a str of at most {MAX_ID_CHARS} characters"
 _COUNT = "an int >= 1 (at most 2**31)"
 
-#: kind -> (name, fields): the schema of every subscriber -> publisher message (see the module
-#: docstring). Keys a header holds beyond these are ignored.
 def _is_credit_unit(v: Any) -> bool:
     return v in ("messages", "epochs")
 
 
+#: kind -> (name, fields): the schema of every subscriber -> publisher message (docs/protocol.md
+#: §2). Keys a header holds beyond these are ignored.
 CONTROL_SCHEMAS: dict[bytes, tuple[str, tuple[ControlField, ...]]] = {
     HELLO: ("hello", (ControlField("topic", True, _is_str, "a str"),
                       ControlField("partition", True, _is_index, "an int >= 0"),
