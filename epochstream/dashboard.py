@@ -33,7 +33,7 @@ import time as _time
 from typing import Any
 
 from .metrics import CatalogCollector, require_prometheus
-from .report import CatalogReport
+from .report import CatalogReport, jsonable as _plain  # tuples as lists, NaN as None
 
 __all__ = ["DashboardHistory", "Dashboard", "frontier_value", "epoch_list", "epoch_page",
            "dashboard_app", "STATIC"]
@@ -120,15 +120,6 @@ def _lists(series: dict | None) -> dict:
     return {} if series is None else {k: list(v) for k, v in series.items()}
 
 
-def _plain(x: Any) -> Any:
-    """Tuples (times of product orders) as lists, NaN as None: JSON the page can read."""
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, float) and x != x:
-        return None
-    return x
 
 
 def epoch_list(catalog, topic: str, limit: int = 200) -> list:

@@ -29,7 +29,7 @@ from .errors import EpochstreamError
 from .frontier import Antichain
 from .lag import LagWindow, Sample, evaluate, lag
 
-__all__ = ["PartitionReport", "DurableReport", "GroupReport", "TopicReport", "CatalogReport",
+__all__ = ["jsonable", "PartitionReport", "DurableReport", "GroupReport", "TopicReport", "CatalogReport",
            "read_report"]
 
 @dataclass(frozen=True)
@@ -143,14 +143,15 @@ class CatalogReport:
 
     def to_json(self) -> dict:
         """The report as JSON-ready values (tuples become lists; times as in the topic)."""
-        return _jsonable(dataclasses.asdict(self))
+        return jsonable(dataclasses.asdict(self))
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
+    """``x`` as JSON-ready values: tuples (times of product orders) as lists, NaN as None."""
     if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
+        return {k: jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, float) and x != x:
         return None
     return x
