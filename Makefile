@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[spark,test,metrics]"
+	$(PY) -m pip install --quiet -e ".[spark,test,metrics,otel]"
 	touch $(STAMP)
 
 install: $(STAMP)
