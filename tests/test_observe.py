@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from urllib.error import HTTPError
@@ -283,3 +284,42 @@ def test_bench_metrics_builds_and_scrapes_a_small_catalog(tmp_path):
             for f in text_string_to_metric_families(generate_latest(registry).decode())
             for s in f.samples if s.name == "epochstream_durable_lag_epochs"}
     assert lags == {"d0": 2, "d1": 2, "d2": 2}
+
+
+def test_publisher_collector_reports_the_partitions_hot_counters():
+    """The in-process collector of publishers: data messages, subscribers joined, what waits in
+    a stalled flow-controlled subscriber's backlog (it reads nothing: credit 2), and closed —
+    parsed back with prometheus_client's own parser."""
+    from epochstream.metrics import PublisherCollector
+
+    def scrape(registry):
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(generate_latest(registry).decode())
+                for s in f.samples}
+
+    pub = Publisher("hot", max_queue_messages=10, credit_timeout=30.0)
+    registry = CollectorRegistry()
+    registry.register(PublisherCollector(pub))
+    lab = (("partition", "0"), ("topic", "hot"))
+    sub = Subscriber("hot", endpoints=[pub.endpoint], credit=2)
+    try:
+        assert sub.wait_ready(5)
+        blocked = threading.Thread(target=lambda: [pub.send(t, [[t]]) for t in range(30)],
+                                   daemon=True)
+        blocked.start()  # the backlog fills, then send blocks (back-pressure)
+        deadline = time.monotonic() + 10
+        while scrape(registry).get(("epochstream_publisher_stalled_subscribers", lab)) != 1:
+            assert time.monotonic() < deadline, scrape(registry)
+            time.sleep(0.05)
+        got = scrape(registry)
+        assert got[("epochstream_publisher_subscribers", lab)] == 1
+        assert got[("epochstream_publisher_subscribers_joined_total", lab)] == 1
+        assert got[("epochstream_publisher_queued_messages", lab)] >= 10
+        assert got[("epochstream_publisher_queued_bytes", lab)] > 0
+        assert got[("epochstream_publisher_refusals_total",
+                    (("partition", "0"), ("reason", "quota"), ("topic", "hot")))] == 0
+        assert got[("epochstream_publisher_closed", lab)] == 0
+    finally:
+        sub.close()
+        pub.close()
+    assert scrape(registry)[("epochstream_publisher_closed", lab)] == 1

@@ -114,6 +114,17 @@ class Fanout:
         """Peers currently served (evicted ones excluded)."""
         return sum(1 for p in list(self.peers.values()) if not p.evicted)
 
+    def queued(self) -> tuple[int, int, int]:
+        """``(messages, bytes, stalled peers)`` waiting in the peers' backlogs now: read from
+        another thread (approximate, as :meth:`registered`); a stalled peer holds the producer
+        back (its credit or backlog bound exhausted)."""
+        messages = nbytes = stalled = 0
+        for p in list(self.peers.values()):
+            messages += len(p.backlog)
+            nbytes += p.backlog_bytes
+            stalled += p.stalled_since is not None
+        return messages, nbytes, stalled
+
     def grant(self, ident: bytes, messages: int, transmit: Transmit) -> bool:
         """A ``c`` message: ``messages`` more credit for ``ident``. False if it is not a
         registered flow-controlled peer (nothing changes)."""

@@ -207,25 +207,15 @@ class Publisher:
                                    partitions=self.partitions, schema=schema, **key)
 
     # -- queries ---------------------------------------------------------------------------
-    @property
-    def max_queue_messages(self) -> int:
-        """Backlog bound per subscriber, messages."""
-        return self._fanout.max_messages
-
-    @property
-    def max_queue_bytes(self) -> int:
-        """Backlog bound per subscriber, bytes."""
-        return self._fanout.max_bytes
-
-    @property
-    def credit_timeout(self) -> float:
-        """Seconds a flow-controlled subscriber may hold the producer back without a grant."""
-        return self._fanout.credit_timeout
-
-    @property
-    def queue_hwm(self) -> int:
-        """Calls the caller may be ahead of the loop before calls block."""
-        return self._handoff.hwm
+    max_queue_messages = property(lambda self: self._fanout.max_messages,
+                                  doc="Backlog bound per subscriber, messages.")
+    max_queue_bytes = property(lambda self: self._fanout.max_bytes,
+                               doc="Backlog bound per subscriber, bytes.")
+    credit_timeout = property(lambda self: self._fanout.credit_timeout, doc="Seconds a flow-"
+                              "controlled subscriber may hold the producer back without a grant.")
+    queue_hwm = property(lambda self: self._handoff.hwm,
+                         doc="Calls the caller may be ahead of the loop before calls block.")
+    closed = property(lambda self: self._closed, doc="True once closed or aborted.")
 
     @property
     def would_block(self) -> bool:
@@ -253,6 +243,11 @@ class Publisher:
     def subscribers(self) -> int:
         """Number of subscribers currently registered (approximate: read from another thread)."""
         return self._fanout.registered()
+
+    def queued(self) -> tuple[int, int, int]:
+        """``(messages, bytes, stalled subscribers)`` in the subscribers' backlogs now (read from
+        another thread: approximate)."""
+        return self._fanout.queued()
 
     # -- calls -----------------------------------------------------------------------------
     def _check_open(self) -> None:
