@@ -55,7 +55,8 @@ from typing import Any, Iterable
 from .lag import STATUSES, LagWindow
 from .report import CatalogReport, TopicReport, read_report
 
-__all__ = ["CatalogCollector", "PublisherCollector", "metric_families", "require_prometheus"]
+__all__ = ["CatalogCollector", "PublisherCollector", "SubscriberCollector", "metric_families",
+           "require_prometheus"]
 
 
 def require_prometheus() -> Any:
@@ -326,3 +327,71 @@ class PublisherCollector:
             ended.add_metric(lab, 1.0 if p.closed else 0.0)
         yield from (sent, commits, subs, evicted, joined, lost, refused, queued, queued_bytes,
                     stalled, ended)
+
+
+class SubscriberCollector:
+    """A ``prometheus_client`` collector of this process's live subscribers
+    (``SubscriberCollector(sub, ...)``; :meth:`add`/:meth:`remove` later): what the catalog
+    cannot know, read from counters the subscribers keep anyway. Labels ``topic``,
+    ``subscriber`` (the first 8 hex digits of its id), ``durable`` (its name, or empty):
+    messages and bytes delivered, messages dropped by the join's filter, gaps, re-joins; for a
+    total order the merged lower frontier received (``…_lower_epoch``), the last epoch handed out
+    (``…_handed_out_epoch``) and ``epochstream_subscriber_lag_epochs``: epochs complete at this
+    subscriber and not handed out yet (lower frontier minus the epoch after the last handed
+    out) — its own consumer's lag; what waits in the publisher's backlog for it is the
+    publisher's ``…_queued_messages``."""
+
+    def __init__(self, *subscribers: Any):
+        self._subs = list(subscribers)
+        self._lock = threading.Lock()
+
+    def add(self, subscriber: Any) -> None:
+        """Report ``subscriber`` too, from the next scrape."""
+        with self._lock:
+            self._subs.append(subscriber)
+
+    def remove(self, subscriber: Any) -> None:
+        """Stop reporting ``subscriber``."""
+        with self._lock:
+            self._subs = [s for s in self._subs if s is not subscriber]
+
+    def describe(self) -> list:
+        """Nothing: the subscribers come and go."""
+        return []
+
+    def collect(self) -> Iterable:
+        """The families of the subscribers held now (``prometheus_client``'s collector API)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        with self._lock:
+            subs = list(self._subs)
+        labels = ["topic", "subscriber", "durable"]
+        counters = {key: CounterMetricFamily(f"epochstream_subscriber_{name}", doc, labels=labels)
+                    for key, name, doc in (
+                        ("delivered", "delivered_messages", "Data messages delivered"),
+                        ("bytes", "delivered_bytes", "Payload bytes delivered"),
+                        ("dropped", "dropped_messages", "Data messages the join's filter dropped"),
+                        ("rejoins", "rejoins", "Re-joins (recover=True)"))}
+        gaps = CounterMetricFamily("epochstream_subscriber_gaps", "Gaps reported", labels=labels)
+        gauges = {key: GaugeMetricFamily(f"epochstream_subscriber_{key}", doc, labels=labels)
+                  for key, doc in (("lower_epoch", "total order: the merged lower frontier "
+                                                   "received"),
+                                   ("handed_out_epoch", "total order: the last epoch handed out"),
+                                   ("lag_epochs", "total order: epochs complete here, not "
+                                                  "handed out yet"))}
+        for s in subs:
+            lab = [s.topic, s.id[:8], s.durable or ""]
+            for key, family in counters.items():
+                family.add_metric(lab, float(s.stats.get(key, 0)))
+            gaps.add_metric(lab, float(len(s.gaps)))
+            lower, last = s.lower, s.last_epoch
+            if getattr(s.order, "name", None) == "total" and len(lower) == 1:
+                gauges["lower_epoch"].add_metric(lab, float(lower[0]))
+                if last is not None:
+                    gauges["handed_out_epoch"].add_metric(lab, float(last))
+                    since = last + 1
+                else:  # nothing handed out yet: the epochs complete since it joined
+                    since = min((x.lower[0] for x in s.snapshots.values() if x.lower),
+                                default=lower[0])
+                gauges["lag_epochs"].add_metric(lab, float(max(0, lower[0] - since)))
+        yield from (*counters.values(), gaps, *gauges.values())

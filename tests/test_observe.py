@@ -323,3 +323,41 @@ def test_publisher_collector_reports_the_partitions_hot_counters():
         sub.close()
         pub.close()
     assert scrape(registry)[("epochstream_publisher_closed", lab)] == 1
+
+
+def test_subscriber_collector_reports_a_live_subscribers_own_lag():
+    """A live subscriber (not in the catalog): delivered messages and its consumer's lag — the
+    epochs complete at it and not handed out — 0 once it has taken everything, growing while
+    it does not read."""
+    from epochstream.metrics import SubscriberCollector
+
+    def scrape(registry):
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(generate_latest(registry).decode())
+                for s in f.samples}
+
+    with Publisher("live") as pub, Subscriber("live", endpoints=[pub.endpoint]) as sub:
+        registry = CollectorRegistry()
+        registry.register(SubscriberCollector(sub))
+        assert sub.wait_ready(5)
+        lab = (("durable", ""), ("subscriber", sub.id[:8]), ("topic", "live"))
+        for t in range(5):
+            pub.send(t, [[t]])
+            pub.advance_to(t + 1)
+        it = sub.epochs(timeout=5)
+        assert [next(it).time for _ in range(5)] == [0, 1, 2, 3, 4]
+        got = scrape(registry)
+        assert got[("epochstream_subscriber_lag_epochs", lab)] == 0
+        assert got[("epochstream_subscriber_handed_out_epoch", lab)] == 4
+        assert got[("epochstream_subscriber_delivered_messages_total", lab)] == 5
+        for t in range(5, 12):  # complete, received, not read by the consumer
+            pub.send(t, [[t]])
+            pub.advance_to(t + 1)
+        pub.flush()
+        deadline = time.monotonic() + 5
+        while sub.lower != (12,):
+            assert time.monotonic() < deadline
+            sub._join.pump(0.05)  # received, kept for the iterators: not handed out
+        got = scrape(registry)
+        assert got[("epochstream_subscriber_lower_epoch", lab)] == 12
+        assert got[("epochstream_subscriber_lag_epochs", lab)] == 7

@@ -177,35 +177,20 @@ class Subscriber:
             raise
 
     # -- queries ---------------------------------------------------------------------------
-    @property
-    def ready(self) -> bool:
-        """True once every partition's snapshot has arrived."""
-        return self._join.protocol.ready
-
-    @property
-    def snapshots(self) -> dict:
-        """``{partition: InitialFrontierSnapshot}`` as received."""
-        return self._join.protocol.snapshots
-
-    @property
-    def incarnations(self) -> dict:
-        """``{partition: incarnation id}`` of the publishers as announced in their snapshots."""
-        return dict(self._join.incarnations)
-
-    @property
-    def lower(self) -> tuple:
-        """The merged lower frontier (elements)."""
-        return self._join.protocol.lower
-
-    @property
-    def filter(self) -> tuple:
-        """The current filter's elements (empty once retired)."""
-        return self._join.protocol.filter
-
-    @property
-    def finished(self) -> bool:
-        """True once every partition's lower frontier is empty."""
-        return self._join.protocol.finished
+    ready = property(lambda self: self._join.protocol.ready,
+                     doc="True once every partition's snapshot has arrived.")
+    snapshots = property(lambda self: self._join.protocol.snapshots,
+                         doc="``{partition: InitialFrontierSnapshot}`` as received.")
+    incarnations = property(lambda self: dict(self._join.incarnations), doc="``{partition: "
+                            "incarnation id}`` of the publishers as their snapshots announced.")
+    lower = property(lambda self: self._join.protocol.lower,
+                     doc="The merged lower frontier received (elements).")
+    filter = property(lambda self: self._join.protocol.filter,
+                      doc="The Strymon join filter's elements (empty once retired).")
+    finished = property(lambda self: self._join.protocol.finished,
+                        doc="True once every partition's lower frontier is empty.")
+    last_epoch = property(lambda self: self._release.last_epoch, doc="The time of the last "
+                          "epoch handed out by epochs()/fetch() (None: none yet).")
 
     @property
     def record_filter(self) -> Filter:
