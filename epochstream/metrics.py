@@ -251,36 +251,44 @@ class CatalogCollector:
             yield from metric_families(report, read_seconds=seconds)
 
 
-class PublisherCollector:
+class _Held:
+    """The objects a process-local collector reports (``add``/``remove`` them any time; a
+    scrape takes the list as it is then)."""
+
+    def __init__(self, *held: Any):
+        self._held = list(held)
+        self._lock = threading.Lock()
+
+    def add(self, obj: Any) -> None:
+        """Report ``obj`` too, from the next scrape."""
+        with self._lock:
+            self._held.append(obj)
+
+    def remove(self, obj: Any) -> None:
+        """Stop reporting ``obj`` (its series disappear from the next scrape)."""
+        with self._lock:
+            self._held = [x for x in self._held if x is not obj]
+
+    def describe(self) -> list:
+        """Nothing: they come and go (the registry does not check their names)."""
+        return []
+
+    def held(self) -> list:
+        with self._lock:
+            return list(self._held)
+
+
+class PublisherCollector(_Held):
     """A ``prometheus_client`` collector of this process's publishers
     (``PublisherCollector(pub, ...)``; :meth:`add`/:meth:`remove` later): per partition,
     data messages sent, subscribers, evictions, the epoch log's commits, and whether it is
     closed. Reads counters the publishers keep anyway (no cost on their hot path)."""
 
-    def __init__(self, *publishers: Any):
-        self._pubs = list(publishers)
-        self._lock = threading.Lock()
-
-    def add(self, publisher: Any) -> None:
-        """Report ``publisher`` (an :class:`~epochstream.Publisher`) too, from the next scrape."""
-        with self._lock:
-            self._pubs.append(publisher)
-
-    def remove(self, publisher: Any) -> None:
-        """Stop reporting ``publisher`` (its series disappear from the next scrape)."""
-        with self._lock:
-            self._pubs = [p for p in self._pubs if p is not publisher]
-
-    def describe(self) -> list:
-        """Nothing: the publishers come and go (the registry does not check their names)."""
-        return []
-
     def collect(self) -> Iterable:
         """The families of the publishers held now (``prometheus_client``'s collector API)."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        with self._lock:
-            pubs = list(self._pubs)
+        pubs = self.held()
         labels = ["topic", "partition"]
         sent = CounterMetricFamily("epochstream_publisher_data_messages",
                                    "Data messages the publisher's loop sent", labels=labels)
@@ -329,7 +337,7 @@ class PublisherCollector:
                     stalled, ended)
 
 
-class SubscriberCollector:
+class SubscriberCollector(_Held):
     """A ``prometheus_client`` collector of this process's live subscribers
     (``SubscriberCollector(sub, ...)``; :meth:`add`/:meth:`remove` later): what the catalog
     cannot know, read from counters the subscribers keep anyway. Labels ``topic``,
@@ -341,30 +349,11 @@ class SubscriberCollector:
     out) — its own consumer's lag; what waits in the publisher's backlog for it is the
     publisher's ``…_queued_messages``."""
 
-    def __init__(self, *subscribers: Any):
-        self._subs = list(subscribers)
-        self._lock = threading.Lock()
-
-    def add(self, subscriber: Any) -> None:
-        """Report ``subscriber`` too, from the next scrape."""
-        with self._lock:
-            self._subs.append(subscriber)
-
-    def remove(self, subscriber: Any) -> None:
-        """Stop reporting ``subscriber``."""
-        with self._lock:
-            self._subs = [s for s in self._subs if s is not subscriber]
-
-    def describe(self) -> list:
-        """Nothing: the subscribers come and go."""
-        return []
-
     def collect(self) -> Iterable:
         """The families of the subscribers held now (``prometheus_client``'s collector API)."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        with self._lock:
-            subs = list(self._subs)
+        subs = self.held()
         labels = ["topic", "subscriber", "durable"]
         counters = {key: CounterMetricFamily(f"epochstream_subscriber_{name}", doc, labels=labels)
                     for key, name, doc in (
