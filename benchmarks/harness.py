@@ -199,16 +199,18 @@ def _pub_epochstream(cfg, partition, q, start, consumed, epochs_done, t_last_sen
                 break
     pub.flush(30)
     cpu = time.process_time() - cpu0
-    scrapes = 0 if scraper is None else scraper.stop()
+    scrapes, scrape_cpu = (0, 0.0) if scraper is None else scraper.stop()
     pub.close(linger=30)
     q.put(("published", partition, {"records": sent, "cpu_s": cpu, "gc": gc_delta(gc0),
-                                    "stats": dict(pub.stats), "scrapes": scrapes}))
+                                    "stats": dict(pub.stats), "scrapes": scrapes,
+                                    "scrape_cpu_s": scrape_cpu}))
 
 
 class _Scraper:
     """The metrics of issue 24 in a publisher's process: a ``PublisherCollector`` of ``pub`` and
     a ``CatalogCollector`` of a catalog of its own (one topic), scraped every second by a
-    thread, as a Prometheus server would (``stop()`` returns the number of scrapes)."""
+    thread, as a Prometheus server would (``stop()`` returns the number of scrapes and the CPU
+    seconds the scraping thread spent: part of the publisher process's CPU time)."""
 
     def __init__(self, pub):
         import tempfile
@@ -226,19 +228,21 @@ class _Scraper:
         self.registry.register(CatalogCollector(cat))
         self._generate = generate_latest
         self._stop = threading.Event()
-        self.scrapes = 0
+        self.scrapes, self.cpu_s = 0, 0.0
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self):
         while not self._stop.wait(1.0):
+            t0 = time.thread_time()
             self._generate(self.registry)
+            self.cpu_s += time.thread_time() - t0
             self.scrapes += 1
 
-    def stop(self) -> int:
+    def stop(self) -> tuple[int, float]:
         self._stop.set()
         self._thread.join(10)
-        return self.scrapes
+        return self.scrapes, self.cpu_s
 
 
 def _pub_zmq(cfg, partition, q, start, consumed, epochs_done, t_last_send, stopper):
@@ -838,6 +842,7 @@ def run(system: str, *, kind: str, per_message: int, subscribers: int = 1, parti
     row["seconds"] = round(max(durations), 4)
     row["loadavg_after"] = round(os.getloadavg()[0], 2)
     row["scrapes"] = sum(pubs[p].get("scrapes", 0) for p in range(partitions))
+    row["scrape_cpu_s"] = round(sum(pubs[p].get("scrape_cpu_s", 0.0) for p in range(partitions)), 4)
     row["records_per_s"] = min(rates)          # per subscriber (the slowest one)
     row["records_per_s_total"] = sum(rates)    # delivered to all subscribers together
     row["messages_per_s"] = min(rates) / per_message
