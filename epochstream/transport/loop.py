@@ -58,14 +58,18 @@ COALESCE_PAYLOAD_BYTES = 4096
 
 
 class PublisherLoop:
-    """Loop-side state of one partition. ``publisher`` supplies the identity (topic, partition,
-    order, codec, incarnation, heartbeat_interval, coalesce_bytes); ``lower``/``upper``: the
-    frontiers at start; ``closing()`` tells whether close()/abort() was called (flow control
-    then no longer holds the end of the stream back). :attr:`error` is the exception that ended
+    """Loop-side state of one partition. ``publisher`` supplies the identity (its public
+    attributes topic, partition, order, codec, incarnation, heartbeat_interval, coalesce_bytes,
+    key, max_filter_classes, gate); ``lower``/``upper``: the frontiers at start; ``closing()``
+    tells whether close()/abort() was called (flow control then no longer holds the end of the
+    stream back); ``ctx`` the ZeroMQ context; ``recorder`` its
+    :class:`~epochstream.transport.upper.UpperRecorder` (``None``: no catalog), ``log`` its
+    epoch log's writer, ``authz`` its authorizer (``None``: none). :attr:`error` is the exception that ended
     the loop, if any; :attr:`log_error` the failure of the epoch log, once it failed."""
 
     def __init__(self, publisher, router: zmq.Socket, handoff: Handoff, fanout: Fanout,
-                 lower: tuple, upper: tuple, closing: Callable[[], bool]):
+                 lower: tuple, upper: tuple, closing: Callable[[], bool], *,
+                 ctx: zmq.Context, recorder=None, log=None, authz=None):
         p = publisher
         self.topic, self.partition, self.order, self.codec = p.topic, p.partition, p.order, p.codec
         self.incarnation, self.heartbeat_interval = p.incarnation, p.heartbeat_interval
@@ -81,17 +85,16 @@ class PublisherLoop:
         self._loop_upper = Antichain(dual(self.order), upper)
         # the upper frontier is recorded in the catalog before data beyond it is sent; once the
         # catalog refused (fenced) or failed, nothing more is sent (halted)
-        self._upper = getattr(p, "_upper", None)
+        self._upper = recorder
         self._halted = False
         self._last_broadcast = self._last_probe = _time.monotonic()
         self._stop_linger = 0.0
-        self._compose(p)
+        self._compose(p, ctx, log, authz)
 
-    def _compose(self, p) -> None:
+    def _compose(self, p, ctx: zmq.Context, log_writer, authz) -> None:
         """The parts, each holding its own state (see the module docstring)."""
-        log_writer = getattr(p, "_log", None)  # the epoch log (retention), or None
         self._logs = None if log_writer is None else LogDriver(
-            log_writer, p._ctx, self.topic, self.partition, self.order, self._loop_lower,
+            log_writer, ctx, self.topic, self.partition, self.order, self._loop_lower,
             self.stats, self._log_failed)
         # filtering at the source (docs/filters.md): the topic's key, the bound on programs
         self.key = getattr(p, "key", None)
@@ -110,7 +113,7 @@ class PublisherLoop:
                     "incarnation": self.incarnation, "heartbeat": self.heartbeat_interval,
                     "key": self.key if isinstance(self.key, str) else None}
         self._peers = PeerControl(snapshot, self._fanout, self._transmit, self.stats,
-                                  authz=getattr(p, "_authz", None), filters=self._filters,
+                                  authz=authz, filters=self._filters,
                                   gate=self._gate, frontiers=self._frontiers,
                                   warn=warnings.warn)
 

@@ -188,7 +188,9 @@ class Publisher:
                               credit_timeout=credit_timeout)
         self.stats = self._fanout.stats
         self._loop = PublisherLoop(self, self._router, self._handoff, self._fanout,
-                                   self._protocol.lower, self._protocol.upper, lambda: self._closed)
+                                   self._protocol.lower, self._protocol.upper, lambda: self._closed,
+                                   ctx=self._ctx, recorder=self._upper, log=self._log,
+                                   authz=self._authz)
         self._thread = threading.Thread(target=self._loop.run, daemon=True,
                                         name=f"epochstream-pub-{self.topic}-{self.partition}")
 
