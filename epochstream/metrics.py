@@ -290,51 +290,45 @@ class PublisherCollector(_Held):
 
         pubs = self.held()
         labels = ["topic", "partition"]
-        sent = CounterMetricFamily("epochstream_publisher_data_messages",
-                                   "Data messages the publisher's loop sent", labels=labels)
-        commits = CounterMetricFamily("epochstream_publisher_log_commits",
-                                      "Group commits of the epoch log", labels=labels)
-        subs = GaugeMetricFamily("epochstream_publisher_subscribers",
-                                 "Subscribers registered now", labels=labels)
-        evicted = CounterMetricFamily("epochstream_publisher_evictions",
-                                      "Subscribers cut for falling behind", labels=labels)
-        joined = CounterMetricFamily("epochstream_publisher_subscribers_joined",
-                                     "Subscribers registered (hellos served)", labels=labels)
-        lost = CounterMetricFamily("epochstream_publisher_subscribers_lost",
-                                   "Subscribers found gone (their connection dropped)",
-                                   labels=labels)
+        counters = {key: CounterMetricFamily(f"epochstream_publisher_{name}", doc, labels=labels)
+                    for key, name, doc in _PUBLISHER_COUNTERS}
         refused = CounterMetricFamily("epochstream_publisher_refusals",
                                       "What subscribers sent that the publisher refused, by "
                                       "reason (quota: a flood; cut: a connection cut; "
                                       "bad_message: malformed)", labels=[*labels, "reason"])
-        queued = GaugeMetricFamily("epochstream_publisher_queued_messages",
-                                   "Messages waiting in subscribers' backlogs", labels=labels)
-        queued_bytes = GaugeMetricFamily("epochstream_publisher_queued_bytes",
-                                         "Bytes waiting in subscribers' backlogs", labels=labels)
-        stalled = GaugeMetricFamily("epochstream_publisher_stalled_subscribers",
-                                    "Flow-controlled subscribers holding the producer back",
-                                    labels=labels)
-        ended = GaugeMetricFamily("epochstream_publisher_closed",
-                                  "1 once the publisher is closed or aborted", labels=labels)
+        gauges = {name: GaugeMetricFamily(f"epochstream_publisher_{name}", doc, labels=labels)
+                  for name, doc in _PUBLISHER_GAUGES}
         for p in pubs:
             lab = [p.topic, str(p.partition)]
             stats = p.stats
-            sent.add_metric(lab, float(stats.get("data_messages", 0)))
-            commits.add_metric(lab, float(stats.get("log_commits", 0)))
-            evicted.add_metric(lab, float(stats.get("subscribers_evicted", 0)))
-            joined.add_metric(lab, float(stats.get("subscribers_joined", 0)))
-            lost.add_metric(lab, float(stats.get("subscribers_lost", 0)))
+            for key, family in counters.items():
+                family.add_metric(lab, float(stats.get(key, 0)))
             for reason, key in (("quota", "peers_refused_quota"), ("cut", "connections_cut"),
                                 ("bad_message", "bad_messages")):
                 refused.add_metric([*lab, reason], float(stats.get(key, 0)))
-            subs.add_metric(lab, float(p.subscribers))
             messages, nbytes, holding = p.queued()
-            queued.add_metric(lab, float(messages))
-            queued_bytes.add_metric(lab, float(nbytes))
-            stalled.add_metric(lab, float(holding))
-            ended.add_metric(lab, 1.0 if p.closed else 0.0)
-        yield from (sent, commits, subs, evicted, joined, lost, refused, queued, queued_bytes,
-                    stalled, ended)
+            for name, value in (("subscribers", p.subscribers), ("queued_messages", messages),
+                                ("queued_bytes", nbytes), ("stalled_subscribers", holding),
+                                ("closed", 1 if p.closed else 0)):
+                gauges[name].add_metric(lab, float(value))
+        yield from (*counters.values(), refused, *gauges.values())
+
+
+#: (stats key, metric name, help) of the publisher collector's counters
+_PUBLISHER_COUNTERS = (
+    ("data_messages", "data_messages", "Data messages the publisher's loop sent"),
+    ("log_commits", "log_commits", "Group commits of the epoch log"),
+    ("subscribers_evicted", "evictions", "Subscribers cut for falling behind"),
+    ("subscribers_joined", "subscribers_joined", "Subscribers registered (hellos served)"),
+    ("subscribers_lost", "subscribers_lost", "Subscribers found gone (their connection "
+                                             "dropped)"))
+#: (metric name, help) of its gauges
+_PUBLISHER_GAUGES = (
+    ("subscribers", "Subscribers registered now"),
+    ("queued_messages", "Messages waiting in subscribers' backlogs"),
+    ("queued_bytes", "Bytes waiting in subscribers' backlogs"),
+    ("stalled_subscribers", "Flow-controlled subscribers holding the producer back"),
+    ("closed", "1 once the publisher is closed or aborted"))
 
 
 class SubscriberCollector(_Held):
