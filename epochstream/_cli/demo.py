@@ -44,6 +44,13 @@ def demo(
              "executors must reach the catalog, so give a catalog service's URL, --catalog "
              "tcp://HOST:PORT, unless they share this machine's files; 'make demo-cluster' "
              "starts a cluster on this machine and runs the demo on it)."),
+    days_per_batch: int = typer.Option(
+        30, "--days-per-batch", min=1, max=365, metavar="N",
+        help="Days of departures per Spark micro-batch; each row's epoch is its day "
+             "(epochColumn, the 'batch' policy: docs/spark.md)."),
+    one_batch_per_day: bool = typer.Option(
+        False, "--one-batch-per-day",
+        help="The earlier shape, for comparison: one micro-batch per day, epoch = batch id."),
     dashboard: bool = typer.Option(True, "--dashboard/--no-dashboard",
                                    help="Serve the catalog's web dashboard while the demo runs "
                                         "(its address is printed)."),
@@ -54,6 +61,7 @@ def demo(
 ) -> None:
     with interruptible():
         code = _demo.main(days=days, host=host, catalog=catalog, pace=pace,
+                          days_per_batch=None if one_batch_per_day else days_per_batch,
                           dashboard=dashboard_bind if dashboard else None,
                           **({"master": master} if master else {}))
     raise typer.Exit(int(code or 0))

@@ -37,8 +37,9 @@ from zmq.utils.monitor import recv_monitor_message
 from ..catalog import Catalog
 from ..errors import CatalogUnavailable, EpochstreamError
 from ..security import Security, apply_client
-from .ingest import (Abort, AttemptRef, Commit, CommitAck, Flush, IngestError, IngestMessageError,
-                     IngestNotAuthorized, Refusal, Reply, Request, decode_reply, encode_request)
+from .ingest import (Abort, AttemptRef, Commit, CommitAck, EventTimes, Flush, IngestError,
+                     IngestMessageError, IngestNotAuthorized, Refusal, Reply, Request,
+                     decode_reply, encode_request)
 
 __all__ = ["DEFAULT_COMMIT_TIMEOUT", "IngestClient", "IngestTarget", "client", "client_for",
            "client_security", "drop_client", "ingest_endpoints", "ingest_targets", "require_host",
@@ -381,11 +382,13 @@ def _attempts_by_partition(messages: Iterable, n: int) -> list[list[AttemptRef]]
 
 def send_commit(catalog: str | None, topic: str, epoch: int, messages: Iterable, *,
                 query_id: str | None = None, timeout: float = DEFAULT_COMMIT_TIMEOUT,
-                client_key: str | None = None, server_key: str | None = None) -> list[CommitAck]:
+                client_key: str | None = None, server_key: str | None = None,
+                event: EventTimes | None = None) -> list[CommitAck]:
     """COMMIT ``epoch`` on every partition of ``topic`` naming the attempts in ``messages``
     (``EpochstreamCommitMessage`` or ``None``); all partitions commit in parallel, within
     ``timeout`` seconds. Returns the acknowledgements, one per topic partition. ``client_key``,
-    ``server_key``: the sink's options for a secured host (:func:`client_for`). Raises
+    ``server_key``: the sink's options for a secured host (:func:`client_for`); ``event``: the
+    batch's epochs when its rows carry their own (every partition gets the same). Raises
     :class:`IngestError` (timeout, refusal, no endpoints, a failed handshake,
     :class:`IngestNotAuthorized`)."""
     targets = ingest_targets(catalog, topic)
@@ -393,7 +396,7 @@ def send_commit(catalog: str | None, topic: str, epoch: int, messages: Iterable,
     sent: list[tuple[IngestClient, Commit]] = []
     for t, named in zip(targets, attempts):  # send every COMMIT first, then collect
         c = client_for(t, topic, client_key, server_key)
-        msg = Commit(_new_req(), int(epoch), tuple(named), query_id)
+        msg = Commit(_new_req(), int(epoch), tuple(named), query_id, event)
         try:
             c.send(msg, timeout)
         except IngestError:

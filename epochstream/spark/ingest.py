@@ -7,11 +7,19 @@ builds or parses these frames. Pure: no sockets, no Spark.
 Requests (DEALER → the host's ingest ROUTER; msgpack headers; the ROUTER's identity frame is
 not part of a message here):
 
-- ``[b"DATA", [run, epoch, spark_partition, attempt, rows], payload]`` — one Arrow record batch
-  (``payload``: Arrow IPC stream bytes, the topic codec's payload); no reply unless refused;
-- ``[b"FLUSH", {req, run, epoch, attempt, batches, rows}]`` — "I sent this much, did it arrive";
-- ``[b"COMMIT", {req, epoch, attempts: [[run, attempt(, rows)], ...], query}]`` — publish these
-  attempts of ``epoch`` (``rows``: what the task reported; optional);
+- ``[b"DATA", [run, epoch, spark_partition, attempt, rows(, time)], payload]`` — one Arrow
+  record batch (``payload``: Arrow IPC stream bytes, the topic codec's payload); no reply unless
+  refused. ``time`` (event time, :mod:`epochstream.spark.event_time`): the epoch its rows
+  belong to, read from the query's epoch column; without it the rows' epoch is the batch's;
+- ``[b"FLUSH", {req, run, epoch, attempt, batches, rows(, event)}]`` — "I sent this much, did it
+  arrive" (``event: true``: the batch's rows carry their own epochs);
+- ``[b"COMMIT", {req, epoch, attempts: [[run, attempt(, rows)], ...], query(, policy, times,
+  event_max, length, delay)}]`` — publish these attempts of ``epoch`` (``rows``: what the task
+  reported; optional). With event time (:mod:`epochstream.spark.event_time`): ``policy``
+  (``"batch"`` or ``"watermark"``), ``times`` ``[lo, hi]``, the least and greatest epoch with
+  rows in the whole batch (``nil``: no rows), and for ``"watermark"`` ``event_max`` (the
+  batch's greatest event time, microseconds since 1970, or ``nil``), ``length`` (the epoch
+  length) and ``delay`` (Spark's watermark delay), microseconds;
 - ``[b"ABORT", {req, epoch(, attempts)}]`` — drop the epoch's staged data (``attempts`` is
   accepted and ignored).
 
@@ -27,7 +35,8 @@ Replies (ROUTER → DEALER): ``[b"OK" | b"ERR", {req, ...}]``:
   connection's principal holds no ``publish`` grant for the topic (docs/security.md; the
   client raises :class:`IngestNotAuthorized`).
 
-``run`` is the Spark run id (a string), ``epoch`` the batch id, ``attempt`` the task attempt id,
+``run`` is the Spark run id (a string), ``epoch`` the batch id (the micro-batch: the unit of
+staging and of Spark's commit, also with event time), ``attempt`` the task attempt id,
 ``req`` a request id chosen by the client (a string); every count is an int ``>= 0``. Unknown
 header keys are ignored; every known one is type-checked, and a message that fails raises
 :class:`IngestMessageError` naming the field.
@@ -45,7 +54,7 @@ from ..errors import EpochstreamError, NotAuthorized
 from ..security import NOT_AUTHORISED
 
 __all__ = ["DATA", "FLUSH", "COMMIT", "ABORT", "OK", "ERR", "IngestError", "IngestNotAuthorized",
-           "IngestMessageError", "AttemptRef", "Data", "Flush", "Commit", "Abort", "FlushAck",
+           "IngestMessageError", "AttemptRef", "EventTimes", "Data", "Flush", "Commit", "Abort", "FlushAck",
            "CommitAck", "AbortAck", "Refusal", "Request", "Reply", "encode_request",
            "decode_request", "encode_reply", "decode_reply"]
 
@@ -96,11 +105,15 @@ class Data:
     attempt: int
     rows: int
     payload: Any
+    time: int | None = None  # the rows' own epoch (event time), or None: the batch's
     KIND: ClassVar[bytes] = DATA
     req: ClassVar[None] = None  # DATA is never answered (unless refused)
 
     def header(self) -> list:
-        return [self.run, self.epoch, self.partition, self.attempt, self.rows]
+        h = [self.run, self.epoch, self.partition, self.attempt, self.rows]
+        if self.time is not None:
+            h.append(self.time)
+        return h
 
 
 @dataclass(frozen=True)
@@ -113,27 +126,54 @@ class Flush:
     attempt: int
     batches: int
     rows: int
+    event: bool = False  # the batches carried their own epochs (DATA ``time``)
     KIND: ClassVar[bytes] = FLUSH
 
     def header(self) -> dict:
-        return {"req": self.req, "run": self.run, "epoch": self.epoch, "attempt": self.attempt,
-                "batches": self.batches, "rows": self.rows}
+        h = {"req": self.req, "run": self.run, "epoch": self.epoch, "attempt": self.attempt,
+             "batches": self.batches, "rows": self.rows}
+        if self.event:
+            h["event"] = True
+        return h
+
+
+@dataclass(frozen=True)
+class EventTimes:
+    """What a COMMIT of an event-time batch says about its epochs: ``policy`` — ``"batch"`` or
+    ``"watermark"``; ``times`` — ``(lo, hi)``, the least and greatest epoch with rows in the
+    whole batch, or ``None`` (no rows); ``event_max`` — the batch's greatest event time
+    (microseconds since 1970; ``None``: none, or ``"batch"``); ``length`` and ``delay`` — the
+    epoch length and Spark's watermark delay, microseconds (0 for ``"batch"``)
+    (:mod:`epochstream.spark.event_time`)."""
+
+    policy: str
+    times: tuple[int, int] | None
+    event_max: int | None = None
+    length: int = 0
+    delay: int = 0
 
 
 @dataclass(frozen=True)
 class Commit:
-    """COMMIT: publish exactly ``attempts`` (in this order) as ``epoch``; ``query``: the
-    streaming query id, for logs."""
+    """COMMIT: publish exactly ``attempts`` (in this order) of batch ``epoch``; ``query``: the
+    streaming query id, for logs; ``event``: the batch's :class:`EventTimes` when its rows
+    carry their own epochs (else ``None``: the batch is the epoch)."""
 
     req: str | None
     epoch: int
     attempts: tuple[AttemptRef, ...] = ()
     query: str | None = None
+    event: EventTimes | None = None
     KIND: ClassVar[bytes] = COMMIT
 
     def header(self) -> dict:
-        return {"req": self.req, "epoch": self.epoch, "attempts": _attempt_lists(self.attempts),
-                "query": self.query}
+        h = {"req": self.req, "epoch": self.epoch, "attempts": _attempt_lists(self.attempts),
+             "query": self.query}
+        if self.event is not None:
+            e = self.event
+            h.update(policy=e.policy, times=None if e.times is None else list(e.times),
+                     event_max=e.event_max, length=e.length, delay=e.delay)
+        return h
 
 
 @dataclass(frozen=True)
@@ -310,6 +350,25 @@ class _Fields:
     def flag(self, name: str, default: Any = _MISSING) -> bool:
         return self._get(name, lambda v: isinstance(v, bool), "a bool", default)
 
+    def event_times(self) -> EventTimes | None:
+        """A COMMIT's ``times``/``policy``/``watermark``, or ``None`` when it has no
+        ``policy`` (the batch is the epoch)."""
+        policy = self._get("policy", lambda v: v in (None, "batch", "watermark"),
+                           "'batch', 'watermark' or nil", None)
+        if policy is None:
+            return None
+        times = self._get("times", lambda v: v is None or (
+            isinstance(v, list) and len(v) == 2 and all(_is_count(x) for x in v)
+            and v[0] <= v[1]), "nil or [lo, hi] (ints >= 0, lo <= hi)", None)
+        event_max = self._get("event_max", lambda v: v is None or _is_count(v),
+                              "nil or an int >= 0", None)
+        length, delay = self.count("length", 0), self.count("delay", 0)
+        if policy == "watermark" and length <= 0:
+            raise IngestMessageError("COMMIT: a watermark commit needs length > 0",
+                                     self.seen_req)
+        return EventTimes(policy, None if times is None else (times[0], times[1]), event_max,
+                          length, delay)
+
     def attempts(self) -> tuple[AttemptRef, ...]:
         v = self._get("attempts", lambda v: v is None or isinstance(v, list), "a list", None)
         return tuple(self._attempt(e) for e in v or ())
@@ -328,27 +387,26 @@ def _no_payload(kind: str, rest: Sequence, f: _Fields) -> None:
 
 
 def _decode_data(header: Any, rest: Sequence) -> Data:
-    if not (isinstance(header, list) and len(header) == 5 and isinstance(header[0], str)
+    if not (isinstance(header, list) and len(header) in (5, 6) and isinstance(header[0], str)
             and all(_is_count(x) for x in header[1:])):
-        raise IngestMessageError(f"DATA header must be [run, epoch, partition, attempt, rows] (a "
-                                 f"string and ints >= 0), got {_show(header)}")
+        raise IngestMessageError(f"DATA header must be [run, epoch, partition, attempt, rows"
+                                 f"(, time)] (a string and ints >= 0), got {_show(header)}")
     if len(rest) != 1:
         raise IngestMessageError(f"DATA needs [header, payload], got {len(rest) + 1} frames")
-    run, epoch, partition, attempt, rows = header
-    return Data(run, epoch, partition, attempt, rows, rest[0])
+    return Data(*header[:5], rest[0], header[5] if len(header) == 6 else None)
 
 
 def _decode_flush(header: Any, rest: Sequence) -> Flush:
     f = _Fields(header, "FLUSH")
     _no_payload("FLUSH", rest, f)
     return Flush(f.req(), f.text("run"), f.count("epoch"), f.count("attempt"),
-                 f.count("batches"), f.count("rows"))
+                 f.count("batches"), f.count("rows"), f.flag("event", False))
 
 
 def _decode_commit(header: Any, rest: Sequence) -> Commit:
     f = _Fields(header, "COMMIT")
     _no_payload("COMMIT", rest, f)
-    return Commit(f.req(), f.count("epoch"), f.attempts(), f.opt_text("query"))
+    return Commit(f.req(), f.count("epoch"), f.attempts(), f.opt_text("query"), f.event_times())
 
 
 def _decode_abort(header: Any, rest: Sequence) -> Abort:

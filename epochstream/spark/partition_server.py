@@ -38,6 +38,7 @@ from ..order import TOTAL
 from ..security import NOT_AUTHORISED, Authorizer, Security, apply_server
 from ..transport import Publisher
 from . import ingest
+from .event_time import decide
 from .ingest import AbortAck, Commit, CommitAck, Data, Flush, FlushAck, Refusal
 from .staging import StagingCounts, StagingLedger
 
@@ -57,7 +58,12 @@ class Pause:
     until :meth:`resume`. Stages: ``"data"`` — the epoch's data has been published, the
     partition has not advanced yet (the epoch is *active*, in flight); ``"advanced"`` — the
     partition has advanced past the epoch, the COMMIT is not yet acknowledged (so Spark cannot
-    start the next batch). ``reached`` is set when the thread stops there."""
+    start the next batch). ``reached`` is set when the thread stops there.
+
+    With event time (:mod:`epochstream.spark.event_time`) a COMMIT is a batch of many epochs:
+    ``"data"`` stops in the commit of the batch whose rows' epochs (on any partition) range
+    over ``epoch``, after this partition published its rows; ``"advanced"`` in the commit that
+    completes ``epoch``, after the advance."""
 
     def __init__(self, partition: int, epoch: int, stage: str):
         if stage not in _STAGES:
@@ -85,7 +91,37 @@ class PartitionStats(StagingCounts):
     unauthorised: int = 0     # of those: refused for want of a publish grant (security=)
     next_epoch: int = 0       # the partition's frontier: every epoch below it is complete
     data_upper: int = -1      # largest epoch with published data (-1: none)
+    late_rows: int = 0        # event time, "watermark": rows of complete epochs, dropped
+    open_epochs: int = 0      # event time: epochs with published rows, not yet complete
 
+
+class _Tagged:
+    """A staged payload whose rows carry their own epoch (event time): ``len()`` is the
+    payload's, as the ledger counts bytes."""
+
+    __slots__ = ("time", "rows", "payload")
+
+    def __init__(self, time_: int, rows: int, payload) -> None:
+        self.time, self.rows, self.payload = time_, rows, payload
+
+    def __len__(self) -> int:
+        return len(self.payload)
+
+
+
+@dataclass
+class _EventState:
+    """What event-time commits left on a partition (:meth:`_PartitionServer._commit_event`):
+    the first batch id not committed here (``None``: none since the host started), the greatest
+    event time seen (microseconds), rows published per epoch not yet complete, epochs
+    completed, late rows dropped."""
+
+    used: bool = False
+    next_batch: int | None = None
+    event_max: int | None = None
+    open_rows: dict = dataclasses.field(default_factory=dict)
+    completed: int = 0
+    late_rows: int = 0
 
 
 class _Host(Protocol):
@@ -106,6 +142,7 @@ class _Host(Protocol):
     _authz: Authorizer | None
     _abort_reason: str | None
     _pauses: list[Pause]
+    _servers: list[_PartitionServer]
 
 
 class _PartitionServer:
@@ -126,6 +163,9 @@ class _PartitionServer:
         self.sock: zmq.Socket | None = None
         self.pub: Publisher | None = None
         self._closed_frontier: tuple | None = None  # the frontier when close() emptied it
+        self._event = _EventState()  # event time (epochs from the rows): what commits left
+        #: the frontier the Publisher started with (None until it exists)
+        self.start_frontier: int | None = None
         self.thread = threading.Thread(target=self._run, name=f"epochstream-ingest-{index}",
                                        daemon=True)
 
@@ -162,9 +202,19 @@ class _PartitionServer:
         return self.sock
 
     def stats(self) -> PartitionStats:
-        return PartitionStats(**dataclasses.asdict(self.ledger.counts), errors=self.errors,
+        counts = dataclasses.asdict(self.ledger.counts)
+        ev = self._event
+        if ev.used:  # the ledger counts batches committed; with event time, epochs completed
+            counts["epochs"] = ev.completed
+        return PartitionStats(**counts, errors=self.errors,
                               unauthorised=self.unauthorised, next_epoch=self.next_epoch,
-                              data_upper=self.data_upper)
+                              data_upper=self.data_upper, late_rows=ev.late_rows,
+                              open_epochs=len(ev.open_rows))
+
+    def _staging_frontier(self, event: bool) -> int:
+        """The first batch id the ledger may still stage: with event time the first batch not
+        committed here (0 when unknown), else the first incomplete epoch (the batch is it)."""
+        return (self._event.next_batch or 0) if event else self.next_epoch
 
     # ---- lifecycle
 
@@ -202,6 +252,7 @@ class _PartitionServer:
                              partitions=h.partitions, schema=h.schema, ingest=self.ingest,
                              **h.publisher_kwargs)
         self.endpoint = self.pub.endpoint
+        self.start_frontier = self.next_epoch
 
     def _end(self) -> None:
         """Close the Publisher (every published epoch completes) — or abort it (open epochs
@@ -240,17 +291,19 @@ class _PartitionServer:
 
     def _apply(self, msg: ingest.Request) -> ingest.Reply | None:
         if isinstance(msg, Data):
-            self.ledger.stage(self.next_epoch, msg.epoch, msg.run, msg.attempt, msg.payload,
-                              msg.rows)
+            event = msg.time is not None
+            payload = msg.payload if not event else _Tagged(msg.time, msg.rows, msg.payload)
+            self.ledger.stage(self._staging_frontier(event), msg.epoch, msg.run, msg.attempt,
+                              payload, msg.rows)
             return None
         if isinstance(msg, Flush):
-            staged = self.ledger.flush(self.next_epoch, msg.epoch, msg.run, msg.attempt,
-                                       msg.batches, msg.rows)
+            staged = self.ledger.flush(self._staging_frontier(msg.event), msg.epoch, msg.run,
+                                       msg.attempt, msg.batches, msg.rows)
             if staged is None:  # the epoch is committed already
                 return FlushAck(msg.req, 0, 0, stale=True)
             return FlushAck(msg.req, staged.batches, staged.rows)
         if isinstance(msg, Commit):
-            return self._commit(msg)
+            return self._commit(msg) if msg.event is None else self._commit_event(msg)
         return AbortAck(msg.req, self.ledger.abort(msg.epoch))
 
     def _commit(self, msg: Commit) -> CommitAck:
@@ -261,16 +314,67 @@ class _PartitionServer:
             return CommitAck(msg.req, True, 0, 0, self.next_epoch)
         for payload in plan.payloads:
             self._publisher.send_encoded(plan.epoch, payload)
-        self._pause_point(plan.epoch, "data")
-        self._publisher.advance_to(plan.next_epoch)
+        self._pause_point((plan.epoch,), "data")
+        self._advance(plan.next_epoch, plan.epoch)
+        self._pause_point((plan.epoch,), "advanced")
+        self._published(plan.epoch, plan.rows)
+        return CommitAck(msg.req, False, plan.batches, plan.rows, self.next_epoch,
+                         plan.empty_attempts)
+
+    def _advance(self, frontier: int, batch: int) -> None:
+        """Advance the Publisher to ``frontier`` (completing every epoch below it) and, with an
+        epoch log, wait until they are written."""
+        self._publisher.advance_to(frontier)
         if self._logged and not self._publisher.flush(COMMIT_LOG_TIMEOUT):
             # never acknowledged before it is in the epoch log: a host killed after the ack
             # would otherwise restart without it while Spark goes on with the next batch
-            raise EpochstreamError(f"epoch {plan.epoch} was not written to the epoch log within "
+            raise EpochstreamError(f"batch {batch} was not written to the epoch log within "
                                    f"{COMMIT_LOG_TIMEOUT:g} s; the commit is not acknowledged")
-        self._pause_point(plan.epoch, "advanced")
-        self._published(plan.epoch, plan.rows)
-        return CommitAck(msg.req, False, plan.batches, plan.rows, self.next_epoch,
+
+    def _commit_event(self, msg: Commit) -> CommitAck:
+        """An event-time COMMIT (:mod:`epochstream.spark.event_time`): the policy decides
+        (a ``"batch"`` commit with rows of a complete epoch raises, nothing changed); the
+        named attempts' rows of epochs not yet complete are published at their epochs, rows of
+        complete epochs dropped and counted, and the Publisher advanced to the policy's
+        frontier, completing the epochs below it."""
+        ev, state, own = msg.event, self._event, self.next_epoch
+        assert ev is not None
+        state.used = True
+        # the topic's frontier as far as this host knows: partitions advance in lockstep, but
+        # a host that continued closed logs starts each where its data ended; an epoch below
+        # any partition's start was complete before (a static floor: no race with the others)
+        frontier = max(own, max((s.start_frontier for s in self.host._servers
+                                 if s.start_frontier is not None), default=own))
+        d = decide(ev.policy, msg.epoch, frontier, state.next_batch, ev.times, ev.event_max,
+                   state.event_max, ev.length, ev.delay)
+        if d.note:
+            log.warning("partition %d: %s", self.index, d.note)
+        if d.duplicate:
+            self.ledger.collect(msg.epoch + 1)
+            state.next_batch = max(state.next_batch or 0, msg.epoch + 1)
+            return CommitAck(msg.req, True, 0, 0, frontier)
+        plan = self.ledger.commit(state.next_batch or 0, msg.epoch, msg.attempts)
+        keep = sorted((p for p in plan.payloads if p.time >= frontier), key=lambda p: p.time)
+        late = sum(p.rows for p in plan.payloads if p.time < frontier)
+        if late:
+            state.late_rows += late
+            log.warning("partition %d: batch %d: %d row(s) of epochs complete already (before "
+                        "%d) dropped", self.index, msg.epoch, late, frontier)
+        for p in keep:
+            self._publisher.send_encoded(p.time, p.payload)
+            state.open_rows[p.time] = state.open_rows.get(p.time, 0) + p.rows
+        # the pause points of an event-time batch name any epoch with rows in the whole batch
+        # (every partition sees the same range, whichever rows it holds)
+        self._pause_point(range(ev.times[0], ev.times[1] + 1) if ev.times else (), "data")
+        if d.next_frontier > own:
+            self._advance(d.next_frontier, msg.epoch)
+        state.next_batch, state.event_max = msg.epoch + 1, d.event_max
+        done = range(own, d.next_frontier)
+        self._pause_point(done, "advanced")
+        for epoch in done:
+            state.completed += 1
+            self._published(epoch, state.open_rows.pop(epoch, 0))
+        return CommitAck(msg.req, False, len(keep), plan.rows - late, self.next_epoch,
                          plan.empty_attempts)
 
     def _published(self, epoch: int, rows: int) -> None:
@@ -324,9 +428,11 @@ class _PartitionServer:
             log.warning("partition %d: refused ingest message: %s", self.index, why)
         self._reply(ident, Refusal(req, why, NOT_AUTHORISED))
 
-    def _pause_point(self, epoch: int, stage: str) -> None:
+    def _pause_point(self, epochs, stage: str) -> None:
+        """Stop at every pause point of this partition at ``stage`` of an epoch in ``epochs``
+        (a container of epochs)."""
         for p in list(self.host._pauses):
-            if p.partition == self.index and p.epoch == epoch and p.stage == stage:
+            if p.partition == self.index and p.epoch in epochs and p.stage == stage:
                 # the publisher's loop must have handled our calls before a subscriber's HELLO
                 # is taken at this point: its snapshot then reflects exactly this state
                 self._publisher.flush(10.0)

@@ -55,7 +55,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from ..wire import codec
 from .client import (DEFAULT_COMMIT_TIMEOUT, IngestClient, client_for, drop_client,
                      ingest_targets, require_host, send_commit)
-from .ingest import Abort, Data, Flush, FlushAck, IngestError
+from .event_time import EventTime, check_schema, event_time, split
+from .ingest import Abort, Data, EventTimes, Flush, FlushAck, IngestError
 from .source import EpochstreamStreamReader, source_schema
 
 __all__ = ["SOURCE_NAME", "DEFAULT_ACK_TIMEOUT", "EpochstreamDataSource", "EpochstreamStreamWriter",
@@ -83,6 +84,20 @@ class EpochstreamCommitMessage(WriterCommitMessage):
     attempt_number: int
     rows: int
     batches: int
+    epoch_lo: int | None = None   # event time: the least and greatest epoch of its rows
+    epoch_hi: int | None = None
+    event_max: int | None = None  # "watermark": its greatest event time, microseconds
+
+
+class _Written(NamedTuple):
+    """What one task attempt sent: rows, batches (DATA messages), and with event time its
+    epochs' range and greatest event time (``None`` without rows / without event time)."""
+
+    rows: int = 0
+    batches: int = 0
+    lo: int | None = None
+    hi: int | None = None
+    event_max: int | None = None
 
 
 class _Task(NamedTuple):
@@ -122,6 +137,10 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
         self.commit_timeout = float(options.get("commitTimeout", DEFAULT_COMMIT_TIMEOUT))
         self.client_key: str | None = options.get("clientKey") or None
         self.server_key: str | None = options.get("serverKey") or None
+        #: epochs from the rows (event time), or None: the batch is the epoch
+        self.event: EventTime | None = event_time(options)
+        if self.event is not None and schema is not None:
+            self.event = check_schema(self.event, schema)
 
     def write(self, iterator: Iterator) -> EpochstreamCommitMessage:
         """Stage this task attempt's batches on its topic partition (executor side). Raises
@@ -131,33 +150,45 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
         tp = task.partition % len(targets)
         c = client_for(targets[tp], self.topic, self.client_key, self.server_key)
         try:
-            rows, batches = self._stage(c, task, iterator)
+            w = self._stage(c, task, iterator)
         except BaseException:
             drop_client(targets[tp].endpoint)  # its queue may hold a half-sent attempt
             raise
         return EpochstreamCommitMessage(
             query_id=task.query_id, run_id=task.run_id, epoch=task.epoch,
             partition=task.partition, topic_partition=tp, task_attempt_id=task.attempt,
-            attempt_number=task.attempt_number, rows=rows, batches=batches)
+            attempt_number=task.attempt_number, rows=w.rows, batches=w.batches,
+            epoch_lo=w.lo, epoch_hi=w.hi, event_max=w.event_max)
 
-    def _stage(self, c: IngestClient, task: _Task, iterator: Iterator) -> tuple[int, int]:
-        """Send every non-empty batch as DATA, then FLUSH; returns (rows, batches)."""
-        rows = batches = 0
+    def _pieces(self, batch: Any) -> list[tuple[int | None, Any, int | None]]:
+        """``(epoch or None, rows, greatest event time or None)`` of one Arrow batch: the
+        whole batch without event time, else its epochs' rows
+        (:func:`~epochstream.spark.event_time.split`)."""
+        if self.event is None:
+            return [(None, batch, None)]
+        return [(p.epoch, p.batch, p.event_max) for p in split(self.event, batch)]
+
+    def _stage(self, c: IngestClient, task: _Task, iterator: Iterator) -> _Written:
+        """Send every non-empty batch (with event time: each epoch's rows of it) as DATA, then
+        FLUSH; returns what was sent. Raises :class:`~epochstream.spark.event_time.
+        EventTimeError` for rows without a valid epoch (before anything of the batch is sent)."""
+        w = _Written()
         for batch in iterator:
             if batch.num_rows == 0:
                 continue
-            c.send(Data(task.run_id, task.epoch, task.partition, task.attempt, batch.num_rows,
-                        _ARROW.encode(batch)), self.ack_timeout)
-            rows += batch.num_rows
-            batches += 1
-        if batches:
+            for time_, rows, event_max in self._pieces(batch):
+                c.send(Data(task.run_id, task.epoch, task.partition, task.attempt,
+                            rows.num_rows, _ARROW.encode(rows), time_), self.ack_timeout)
+                w = _Written(w.rows + rows.num_rows, w.batches + 1,
+                             *_widen(w, time_, event_max))
+        if w.batches:
             ack = cast(FlushAck, c.request(
-                Flush(None, task.run_id, task.epoch, task.attempt, batches, rows),
-                self.ack_timeout))
-            if ack.batches != batches and not ack.stale:
+                Flush(None, task.run_id, task.epoch, task.attempt, w.batches, w.rows,
+                      self.event is not None), self.ack_timeout))
+            if ack.batches != w.batches and not ack.stale:
                 raise IngestError(f"ingest endpoint {c.endpoint} staged {ack.batches} of "
-                                  f"{batches} batches of epoch {task.epoch}")
-        return rows, batches
+                                  f"{w.batches} batches of epoch {task.epoch}")
+        return w
 
     def commit(self, messages: list, batchId: int) -> None:
         """COMMIT the batch on every topic partition (driver side); raises
@@ -165,7 +196,21 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
         query = next((m.query_id for m in messages if m is not None), None)
         send_commit(self.catalog, self.topic, int(batchId), messages, query_id=query,
                     timeout=self.commit_timeout, client_key=self.client_key,
-                    server_key=self.server_key)
+                    server_key=self.server_key, event=self._event_times(messages))
+
+    def _event_times(self, messages: list) -> EventTimes | None:
+        """The whole batch's epochs and greatest event time, from its tasks' messages (``None``
+        without event time)."""
+        ev = self.event
+        if ev is None:
+            return None
+        w = _Written()
+        for m in messages:
+            if m is not None and m.epoch_lo is not None:
+                w = _Written(0, 0, *_widen(w, m.epoch_lo, m.event_max))
+                w = _Written(0, 0, *_widen(w, m.epoch_hi, None))
+        return EventTimes(ev.policy, None if w.lo is None else (w.lo, w.hi), w.event_max,
+                          ev.length_us, ev.delay_us)
 
     def abort(self, messages: list, batchId: int) -> None:
         """ABORT the batch on every topic partition, best effort: failures are logged."""
@@ -181,6 +226,19 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
             except Exception as e:  # noqa: BLE001
                 drop_client(t.endpoint)
                 log.warning("abort of epoch %s at %s failed: %s", batchId, t.endpoint, e)
+
+
+def _widen(w: _Written, time_: int | None,
+           event_max: int | None) -> tuple[int | None, int | None, int | None]:
+    """``w``'s epoch range and greatest event time, widened by one more epoch (``None``:
+    none) and event time."""
+    lo, hi, top = w.lo, w.hi, w.event_max
+    if time_ is not None:
+        lo = time_ if lo is None else min(lo, time_)
+        hi = time_ if hi is None else max(hi, time_)
+    if event_max is not None:
+        top = event_max if top is None else max(top, event_max)
+    return lo, hi, top
 
 
 class EpochstreamDataSource(DataSource):
