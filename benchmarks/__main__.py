@@ -28,7 +28,8 @@ from . import RESULTS, save_result
 CORE = ("filter", "e2e", "peers", "fanout", "spark", "frontier", "limits", "latejoin", "latency",
         "memory", "scale")
 """``make bench`` (≤ 20 minutes) and ``make bench-quick`` (≤ 3 minutes): issue 10's suite."""
-FEATURES = ("history", "groups", "pushdown", "catalog", "spark_source", "security")
+FEATURES = ("history", "groups", "pushdown", "catalog", "spark_source", "security",
+            "spark_event_time")
 """``make bench-all`` adds these (about 20 minutes more in full): one case per feature issue."""
 CASES = CORE + FEATURES
 MODULES = {"filter": "bench_filter", "e2e": "bench_e2e", "peers": "bench_peers",
@@ -36,10 +37,11 @@ MODULES = {"filter": "bench_filter", "e2e": "bench_e2e", "peers": "bench_peers",
            "limits": "bench_limits", "latejoin": "bench_latejoin", "latency": "bench_latency",
            "memory": "bench_memory", "scale": "bench_scale", "history": "bench_history",
            "groups": "bench_groups", "pushdown": "bench_pushdown", "catalog": "bench_catalog",
-           "spark_source": "bench_spark_source", "security": "bench_security"}
+           "spark_source": "bench_spark_source", "security": "bench_security",
+           "spark_event_time": "bench_spark_event_time"}
 # left out of ``--quick`` unless named with --case: Spark's JVM start-up and warm-up alone take
 # most of a minute, a third of the 3-minute budget (its last result file stays, dated, in the report)
-NOT_QUICK = ("spark", "spark_source")
+NOT_QUICK = ("spark", "spark_source", "spark_event_time")
 # import name -> pip requirement (the ``bench`` extra)
 PIP = {"redis": "redis>=5", "hiredis": "hiredis>=2", "nats": "nats-py>=2.6",
        "matplotlib": "matplotlib>=3.8"}

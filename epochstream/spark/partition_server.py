@@ -38,7 +38,7 @@ from ..order import TOTAL
 from ..security import NOT_AUTHORISED, Authorizer, Security, apply_server
 from ..transport import Publisher
 from . import ingest
-from .event_time import decide
+from .event_time import WATERMARK, decide
 from .ingest import AbortAck, Commit, CommitAck, Data, Flush, FlushAck, Refusal
 from .staging import StagingCounts, StagingLedger
 
@@ -117,6 +117,7 @@ class _EventState:
     completed, late rows dropped."""
 
     used: bool = False
+    warned_begun: bool = False
     next_batch: int | None = None
     event_max: int | None = None
     open_rows: dict = dataclasses.field(default_factory=dict)
@@ -142,7 +143,6 @@ class _Host(Protocol):
     _authz: Authorizer | None
     _abort_reason: str | None
     _pauses: list[Pause]
-    _servers: list[_PartitionServer]
 
 
 class _PartitionServer:
@@ -164,8 +164,9 @@ class _PartitionServer:
         self.pub: Publisher | None = None
         self._closed_frontier: tuple | None = None  # the frontier when close() emptied it
         self._event = _EventState()  # event time (epochs from the rows): what commits left
-        #: the frontier the Publisher started with (None until it exists)
-        self.start_frontier: int | None = None
+        #: past the epochs an earlier incarnation began but never completed (the Publisher's
+        #: start: its upper frontier + 1 when at or beyond its lower one, else the lower)
+        self.begun_until = 0
         self.thread = threading.Thread(target=self._run, name=f"epochstream-ingest-{index}",
                                        daemon=True)
 
@@ -252,7 +253,9 @@ class _PartitionServer:
                              partitions=h.partitions, schema=h.schema, ingest=self.ingest,
                              **h.publisher_kwargs)
         self.endpoint = self.pub.endpoint
-        self.start_frontier = self.next_epoch
+        # an earlier incarnation may have sent rows of epochs it never completed (a resumed
+        # epoch log whose upper frontier is at or beyond its lower one)
+        self.begun_until = max(self.next_epoch, self.data_upper + 1)
 
     def _end(self) -> None:
         """Close the Publisher (every published epoch completes) — or abort it (open epochs
@@ -340,11 +343,7 @@ class _PartitionServer:
         ev, state, own = msg.event, self._event, self.next_epoch
         assert ev is not None
         state.used = True
-        # the topic's frontier as far as this host knows: partitions advance in lockstep, but
-        # a host that continued closed logs starts each where its data ended; an epoch below
-        # any partition's start was complete before (a static floor: no race with the others)
-        frontier = max(own, max((s.start_frontier for s in self.host._servers
-                                 if s.start_frontier is not None), default=own))
+        frontier = self._watermark_floor(own) if ev.policy == WATERMARK else own
         d = decide(ev.policy, msg.epoch, frontier, state.next_batch, ev.times, ev.event_max,
                    state.event_max, ev.length, ev.delay)
         if d.note:
@@ -352,7 +351,7 @@ class _PartitionServer:
         if d.duplicate:
             self.ledger.collect(msg.epoch + 1)
             state.next_batch = max(state.next_batch or 0, msg.epoch + 1)
-            return CommitAck(msg.req, True, 0, 0, frontier)
+            return CommitAck(msg.req, True, 0, 0, own)
         plan = self.ledger.commit(state.next_batch or 0, msg.epoch, msg.attempts)
         keep = sorted((p for p in plan.payloads if p.time >= frontier), key=lambda p: p.time)
         late = sum(p.rows for p in plan.payloads if p.time < frontier)
@@ -376,6 +375,21 @@ class _PartitionServer:
             self._published(epoch, state.open_rows.pop(epoch, 0))
         return CommitAck(msg.req, False, len(keep), plan.rows - late, self.next_epoch,
                          plan.empty_attempts)
+
+    def _watermark_floor(self, own: int) -> int:
+        """The first epoch a watermark commit may still add rows to: past the epochs an earlier
+        incarnation of this host's partition sent rows of but never completed. Those rows died
+        with it, so those epochs take no more (they complete without rows: whole or not at
+        all; a batch policy's re-run batch instead re-sends them whole)."""
+        if self.begun_until <= own:
+            return own
+        if not self._event.warned_begun:
+            self._event.warned_begun = True
+            log.warning("partition %d: epochs %d..%d were open when this partition last "
+                        "stopped; their earlier rows are lost: they complete without rows, "
+                        "later rows of them are dropped as late", self.index, own,
+                        self.begun_until - 1)
+        return self.begun_until
 
     def _published(self, epoch: int, rows: int) -> None:
         cb = self.host.on_published

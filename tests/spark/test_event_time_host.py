@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 
 import pyarrow as pa
 import pytest
@@ -17,7 +18,7 @@ from hypothesis_profiles import examples
 
 from epochstream.catalog import Catalog
 from epochstream.spark import EpochstreamCommitMessage, EpochstreamStreamWriter, SparkPublisherHost
-from epochstream.spark.client import client, drop_client
+from epochstream.spark.client import client, drop_client, ingest_targets
 from epochstream.spark.event_time import EventTimeError
 from epochstream.spark.ingest import Data, Flush, IngestError
 from epochstream.transport import Subscriber
@@ -36,14 +37,16 @@ class Task:
     """One task attempt of a batch on Spark partition ``part``: sends each epoch's rows as the
     sink's ``write()`` does, returns the commit message it would report."""
 
-    def __init__(self, host: SparkPublisherHost, batch: int, part: int,
-                 event_max: int | None = None):
-        self.host, self.batch, self.part = host, batch, part
+    def __init__(self, target, batch: int, part: int, event_max: int | None = None):
+        # target: a host, or its partitions' ingest endpoints
+        self.endpoints = (target.ingest_endpoints if isinstance(target, SparkPublisherHost)
+                          else list(target))
+        self.batch, self.part = batch, part
         self.run, self.attempt = "run-a", next(_ids)
         self.event_max = event_max
 
     def write(self, by_epoch: dict[int, list[int]]) -> EpochstreamCommitMessage:
-        targets = self.host.ingest_endpoints
+        targets = self.endpoints
         tp = self.part % len(targets)
         endpoint = targets[tp]
         assert endpoint is not None
@@ -193,8 +196,8 @@ def test_options_are_checked_when_the_writer_is_built():
 
 @pytest.mark.spark
 def test_batch_policy_rerun_after_a_host_restart_is_a_duplicate(tmp_path):
-    """Batch 0 (epochs 0-2) commits, the host closes; a new host on the same catalog and
-    epoch log (each partition continuing after its own data: 3 and 2) knows no batch ids: the re-run of batch 0 (a query
+    """Batch 0 (epochs 0-2) commits, the host dies (abort: its logs unfinished); a new host on
+    the same catalog and epoch log resumes both partitions at epoch 3, knowing no batch ids: the re-run of batch 0 (a query
     restarted from a checkpoint that had not recorded its commit) has only complete epochs and
     is taken as a duplicate; a batch mixing a complete epoch with new ones is refused; batch 1
     is published; the log holds 0-4 exactly once."""
@@ -203,13 +206,13 @@ def test_batch_policy_rerun_after_a_host_restart_is_a_duplicate(tmp_path):
     cat = Catalog(tmp_path / "cat")
     retention = Retention()
     opts = {"topic": TOPIC, "catalog": str(cat.path), "epochColumn": "day"}
+    host = SparkPublisherHost(TOPIC, partitions=2, catalog=cat, retention=retention).start()
+    EpochstreamStreamWriter(opts).commit(
+        [Task(host, 0, 0).write({0: [1], 2: [2]}), Task(host, 0, 1).write({1: [3]})], 0)
+    assert host.next_epoch() == 3
+    host.abort("crash")
     with SparkPublisherHost(TOPIC, partitions=2, catalog=cat, retention=retention) as host:
-        EpochstreamStreamWriter(opts).commit(
-            [Task(host, 0, 0).write({0: [1], 2: [2]}), Task(host, 0, 1).write({1: [3]})], 0)
-        assert host.next_epoch() == 3
-    with SparkPublisherHost(TOPIC, partitions=2, catalog=cat, retention=retention) as host:
-        # each partition continues its closed log after its own data: partition 1 had none at 2
-        assert [s.next_epoch for s in host.stats()] == [3, 2]
+        assert [s.next_epoch for s in host.stats()] == [3, 3]
         writer = EpochstreamStreamWriter(opts)
         writer.commit([Task(host, 0, 0).write({0: [1], 2: [2]}),
                        Task(host, 0, 1).write({1: [3]})], 0)  # the re-run: a duplicate
@@ -221,3 +224,112 @@ def test_batch_policy_rerun_after_a_host_restart_is_a_duplicate(tmp_path):
     epochs = {e.time: sorted(e.records.column("x").to_pylist())
               for e in History(TOPIC, catalog=cat).epochs()}
     assert epochs == {0: [1], 1: [3], 2: [2], 3: [4], 4: [5]}
+
+
+@pytest.mark.spark
+def test_watermark_policy_host_restart_never_completes_an_open_epoch_partially(tmp_path):
+    """Batch 0 sends rows of days 0 and 1; the watermark completes day 0, day 1 stays open. The
+    host dies (abort: as a crash, its publishers never complete day 1). A new host on the same
+    catalog and epoch log: a later batch brings more rows of day 1 and moves the watermark past
+    it. Day 1 must never be delivered with only the later rows: either whole (impossible: the
+    first rows died with the host) or not at all."""
+    from epochstream import History, Retention
+
+    hour = 3_600_000_000
+    cat = Catalog(tmp_path / "cat")
+    retention = Retention()
+    opts = {"topic": TOPIC, "catalog": str(cat.path), "complete": "watermark",
+            "eventTime": "ts", "epochLength": "1 day"}
+
+    def writer():
+        w = EpochstreamStreamWriter(opts)
+        assert w.event is not None
+        w.event = dataclasses.replace(w.event, delay_us=hour)
+        return w
+
+    host = SparkPublisherHost(TOPIC, partitions=1, catalog=cat, retention=retention).start()
+    writer().commit([Task(host, 0, 0, DAY_US + 6 * hour).write({0: [1], 1: [2]})], 0)
+    assert host.next_epoch() == 1
+    host.abort("crash")
+    with SparkPublisherHost(TOPIC, partitions=1, catalog=cat, retention=retention) as host:
+        try:
+            writer().commit([Task(host, 1, 0, 3 * DAY_US).write({1: [3], 2: [4]})], 1)
+        except IngestError:
+            pass  # refusing is fine; completing day 1 with [3] alone is not
+    epochs = {e.time: sorted(e.records.column("x").to_pylist())
+              for e in History(TOPIC, catalog=cat).epochs()}
+    assert epochs.get(0) == [1]
+    assert epochs.get(1) in (None, [2, 3]), epochs
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_batch_policy_host_killed_mid_commit_rerun_republishes_what_did_not_complete(tmp_path):
+    """The host in its own process (tests/spark/host_history_peer.py). Batch 1 (epochs 2-3) is
+    committed: partition 0 completes it (indexed in its epoch log), partition 1 has published
+    its rows but not advanced (a pause point holds it there) when the host is killed -9.
+    Spark's commit failed, so it re-runs batch 1 against a new host on the same catalog and
+    epoch log: partition 0 (resumed at 4) takes it as a duplicate, partition 1 (resumed at 2)
+    publishes its rows again, to completion. Every epoch is in the log once and whole."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    from epochstream import History, Retention
+
+    peer = Path(__file__).with_name("host_history_peer.py")
+    cat_dir, ret = tmp_path / "cat", tmp_path / "ret"
+    cat = Catalog(cat_dir)
+    opts = {"topic": TOPIC, "catalog": str(cat.path), "epochColumn": "day",
+            "commitTimeout": "5"}
+    work = tmp_path / "host-1"
+    with open(tmp_path / "host-1.log", "w") as out:
+        proc = subprocess.Popen([sys.executable, str(peer), TOPIC, str(cat_dir), str(ret), "2",
+                                 str(work), "pause", "1:2:data"], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (work / "ready").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                (tmp_path / "host-1.log").read_text()
+            time.sleep(0.05)
+        endpoints = [t.endpoint for t in ingest_targets(str(cat.path), TOPIC)]
+        EpochstreamStreamWriter(opts).commit(
+            [Task(endpoints, 0, 0).write({0: [1]}), Task(endpoints, 0, 1).write({1: [2]})], 0)
+        batch1 = {0: {2: [3], 3: [4]}, 1: {2: [5], 3: [6]}}
+        msgs = [Task(endpoints, 1, p).write(batch1[p]) for p in range(2)]
+        failed: list[BaseException] = []
+
+        def commit():
+            try:
+                EpochstreamStreamWriter(opts).commit(msgs, 1)
+            except BaseException as e:  # noqa: BLE001 - the commit dies with the host
+                failed.append(e)
+
+        t = threading.Thread(target=commit, daemon=True)
+        t.start()
+        while not ((work / "hit").exists() and list(cat.history_state(TOPIC, 0).lower) == [4]):
+            assert time.monotonic() < deadline, ((work / "hit").exists(),
+                                                 cat.history_state(TOPIC, 0),
+                                                 (tmp_path / "host-1.log").read_text())
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        t.join(30)
+        assert failed, "the commit of batch 1 did not fail with its host"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with SparkPublisherHost(TOPIC, partitions=2, catalog=cat,
+                            retention=Retention(dir=ret)) as host:
+        assert [s.next_epoch for s in host.stats()] == [4, 2]
+        endpoints = [e for e in host.ingest_endpoints if e is not None]
+        EpochstreamStreamWriter(opts).commit([Task(endpoints, 1, p).write(batch1[p])
+                                              for p in range(2)], 1)  # the re-run
+        assert host.next_epoch() == 4
+    epochs = {e.time: sorted(e.records.column("x").to_pylist())
+              for e in History(TOPIC, catalog=cat).epochs()}
+    assert epochs == {0: [1], 1: [2], 2: [3, 5], 3: [4, 6]}
