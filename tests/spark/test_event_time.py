@@ -133,3 +133,48 @@ def test_a_bad_epoch_column_fails_the_query_and_publishes_nothing(quiet_spark, t
         assert q.exception() is not None and error in str(q.exception()), q.exception()
         assert host.data_upper() == -1 and host.next_epoch() == 0
         assert sum(s.staged_batches for s in host.stats()) == 0 or expr is not None
+
+
+def test_docs_spark_md_event_time_examples_run_as_written(spark, tmp_path, monkeypatch, capsys):
+    """The two Python blocks of docs/spark.md's event-time section, run in a fresh directory
+    (their catalog is ./.epochstream) with fresh checkpoints, print what their comments say."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "spark.md").read_text()
+    section = text[text.index("## Event time: epochs from the rows"):]
+    section = section[:section.index("\n## ", 10)]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    assert len(blocks) == 2
+    monkeypatch.chdir(tmp_path)
+    env: dict = {"__name__": "docs_spark_md_event_time"}
+    for block in blocks:
+        code = block.replace("/tmp/ck-", str(tmp_path / "ck-"))
+        exec(compile(code, "docs/spark.md", "exec"), env)
+    assert capsys.readouterr().out.split() == ["30", "29"]
+
+
+def test_event_time_sink_to_the_source_spark_to_spark(spark, tmp_path):
+    """Spark (event time, 4 days per batch) -> epochstream (retention) -> Spark (the source,
+    3 epochs per batch): every day's rows exactly once, in whole epochs."""
+    from epochstream import Retention
+
+    files = flights.day_files(10)
+    cat = Catalog(tmp_path / "cat")
+    with SparkPublisherHost(TOPIC, partitions=2, catalog=cat, retention=Retention(),
+                            schema=flights.spark_schema_ddl() + ", day_number INT") as host:
+        run(spark, day_stream(spark, files, 4), host, tmp_path / "ck",
+            epochColumn="day_number")
+    got: dict[int, int] = {}
+
+    def collect(df, batch_id):
+        for row in df.groupBy("_epoch").count().collect():
+            assert row["_epoch"] not in got, f"epoch {row['_epoch']} in two batches"
+            got[row["_epoch"]] = row["count"]
+
+    q = (spark.readStream.format("epochstream").option("topic", TOPIC)
+         .option("catalog", str(cat.path)).option("startingPosition", "earliest")
+         .option("maxEpochsPerTrigger", 3).load()
+         .writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ck2"))
+         .trigger(availableNow=True).start())
+    await_query(q)
+    assert got == dict(enumerate(files.counts))
