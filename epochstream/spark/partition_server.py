@@ -349,7 +349,7 @@ class _PartitionServer:
         if d.note:
             log.warning("partition %d: %s", self.index, d.note)
         if d.duplicate:
-            self.ledger.collect(msg.epoch + 1)
+            self.ledger.duplicate(msg.epoch)
             state.next_batch = max(state.next_batch or 0, msg.epoch + 1)
             return CommitAck(msg.req, True, 0, 0, own)
         plan = self.ledger.commit(state.next_batch or 0, msg.epoch, msg.attempts)

@@ -195,6 +195,13 @@ class StagingLedger:
         c.epochs, c.rows, c.batches = c.epochs + 1, c.rows + rows, c.batches + len(payloads)
         return CommitPlan(epoch, False, epoch + 1, tuple(payloads), rows, empty)
 
+    def duplicate(self, epoch: int) -> int:
+        """The owner found a COMMIT of ``epoch`` to be a duplicate by its own rule (event time:
+        a batch id not in this ledger's frontier, :mod:`epochstream.spark.event_time`): count
+        it and discard everything staged up to ``epoch``; returns how many batches."""
+        self._counts.duplicates += 1
+        return self.collect(epoch + 1)
+
     def abort(self, epoch: int) -> int:
         """Discard every staged batch of ``epoch`` (Spark aborted the batch); returns how
         many."""

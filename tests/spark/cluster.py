@@ -9,7 +9,11 @@
   group of its own (driver JVM and its Python workers), that says it is ready once its
   executors are registered, and then runs the commands it reads as JSON
   lines on stdin (``sink``, ``source``, ``exit``) and answers each with one JSON line on stdout.
-  One driver serves several tests, so the cluster's executors start once. The driver gets the
+  One driver serves several tests, so the cluster's executors start once. With a ``local[N]``
+  master it is a local-mode driver of its own (no executors to wait for). A sink command may
+  carry ``options`` (the sink's, e.g. ``{"epochColumn": "day_number"}``), ``first_date``
+  (adds ``day_number``, days since that date) and ``watermark`` (adds ``ts``, the day of
+  departure at the scheduled hour in UTC, under ``withWatermark("ts", WATERMARK)``). The driver gets the
   catalog as a ``tcp://`` URL in each command and nothing else: its environment has no
   ``EPOCHSTREAM_CATALOG`` and its working directory is a fresh one.
 - :func:`open_paths` lists the files the executors' processes (JVMs and Python workers) have
@@ -196,13 +200,27 @@ class Driver:
 # ---- the driver program (runs in its own process)
 
 
+def _event_columns(df, cmd: dict):
+    """``day_number`` and/or ``ts`` (see the module docstring), as the command asks."""
+    from pyspark.sql import functions as F
+
+    if cmd.get("first_date"):
+        df = df.withColumn("day_number", F.datediff(F.col("dep_date"),
+                                                    F.lit(cmd["first_date"])).cast("int"))
+    if cmd.get("watermark"):
+        ts = F.timestamp_seconds(F.unix_date(F.col("dep_date")) * 86400 + F.col("hour") * 3600)
+        df = df.withColumn("ts", ts).withWatermark("ts", cmd["watermark"])
+    return df
+
+
 def _sink(spark, cmd: dict) -> dict:
     from epochstream.spark import start_query
 
     df = (spark.readStream.schema(cmd["schema"])
           .option("maxFilesPerTrigger", cmd["files_per_day"]).parquet(cmd["input"]))
-    q = start_query(spark, df, cmd["topic"], checkpoint=cmd["checkpoint"],
-                    catalog=cmd["catalog"], trigger={"availableNow": True})
+    q = start_query(spark, _event_columns(df, cmd), cmd["topic"], checkpoint=cmd["checkpoint"],
+                    catalog=cmd["catalog"], trigger={"availableNow": True},
+                    options=cmd.get("options"))
     return _finish(q)
 
 
@@ -232,9 +250,10 @@ def _sink_held(spark, cmd: dict) -> dict:
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
     df = (spark.readStream.schema(cmd["schema"])
           .option("maxFilesPerTrigger", cmd["files_per_day"]).parquet(cmd["input"]))
+    df = _event_columns(df, cmd)
     q = start_query(spark, df.mapInArrow(hold, df.schema), cmd["topic"],
                     checkpoint=cmd["checkpoint"], catalog=cmd["catalog"],
-                    trigger={"availableNow": True})
+                    trigger={"availableNow": True}, options=cmd.get("options"))
     return _finish(q)
 
 
@@ -264,9 +283,9 @@ def main() -> int:
 
     spark = local_session("epochstream-cluster-tests", master=master, conf=conf)
     register(spark)
-    wanted = int(conf.get("spark.cores.max", "1"))
+    wanted = int(conf.get("spark.cores.max", "1")) if master.startswith("spark://") else 0
     deadline = time.monotonic() + QUERY_TIMEOUT
-    while spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() < wanted + 1:
+    while wanted and spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() < wanted + 1:
         if time.monotonic() > deadline:  # (+1: the driver's own block manager)
             raise SystemExit(f"fewer than {wanted} executors registered")
         time.sleep(0.1)
