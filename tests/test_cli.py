@@ -621,7 +621,7 @@ def test_demo_command_passes_its_options(runner, monkeypatch):
     result = runner.invoke(app, ["demo", "--days", "3", "--pace", "0.5", "-c", "somewhere"])
     assert result.exit_code == 1
     assert calls == [{"days": 3, "host": "127.0.0.1", "catalog": "somewhere", "pace": 0.5,
-                      "days_per_batch": 30,  # event time: 30 days per batch by default
+                      "days_per_batch": 30, "watermark": False,  # 30 days per batch
                       "dashboard": "tcp://127.0.0.1:8080"}]  # on by default in the demo
     calls.clear()
     runner.invoke(app, ["demo", "--days-per-batch", "7"])
@@ -629,12 +629,16 @@ def test_demo_command_passes_its_options(runner, monkeypatch):
     calls.clear()
     runner.invoke(app, ["demo", "--one-batch-per-day"])
     assert calls[0]["days_per_batch"] is None
+    calls.clear()
+    runner.invoke(app, ["demo", "--watermark"])
+    assert calls[0]["watermark"] is True
     assert runner.invoke(app, ["demo", "--pace", "-1"]).exit_code == 2
     result = runner.invoke(app, ["demo", "--days", "2", "--master", "spark://h:7077",
                                  "-c", "tcp://h:7420", "--no-dashboard"])
     assert result.exit_code == 1
     assert calls[-1] == {"days": 2, "host": "127.0.0.1", "catalog": "tcp://h:7420", "pace": 0.0,
-                         "master": "spark://h:7077", "dashboard": None, "days_per_batch": 30}
+                         "master": "spark://h:7077", "dashboard": None, "days_per_batch": 30,
+                         "watermark": False}
     runner.invoke(app, ["demo", "--dashboard-bind", "tcp://0.0.0.0:9000"])
     assert calls[-1]["dashboard"] == "tcp://0.0.0.0:9000"
 

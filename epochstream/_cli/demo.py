@@ -51,6 +51,11 @@ def demo(
     one_batch_per_day: bool = typer.Option(
         False, "--one-batch-per-day",
         help="The earlier shape, for comparison: one micro-batch per day, epoch = batch id."),
+    watermark: bool = typer.Option(
+        False, "--watermark",
+        help="Stream the rows in arrival order (micro-batches begin and end mid-day); each "
+             "day is an epoch (days since 1970) completed by Spark's watermark "
+             "(complete='watermark', docs/spark.md)."),
     dashboard: bool = typer.Option(True, "--dashboard/--no-dashboard",
                                    help="Serve the catalog's web dashboard while the demo runs "
                                         "(its address is printed)."),
@@ -62,6 +67,7 @@ def demo(
     with interruptible():
         code = _demo.main(days=days, host=host, catalog=catalog, pace=pace,
                           days_per_batch=None if one_batch_per_day else days_per_batch,
+                          watermark=watermark,
                           dashboard=dashboard_bind if dashboard else None,
                           **({"master": master} if master else {}))
     raise typer.Exit(int(code or 0))

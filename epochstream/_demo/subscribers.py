@@ -39,21 +39,22 @@ class SubResult:
 
 
 def run_subscriber(res: SubResult, catalog: Catalog, host: Any, printer: Printer,
-                   every: int) -> None:
+                   every: int, offset: int = 0) -> None:
     """The body of a subscriber's thread: note ``host``'s published data, join, record the
     snapshots' frontiers (then ``res.ready`` is set), and record every epoch until the stream
-    ends, printing the first one and every ``every``-th. An error ends it into ``res.error``;
+    ends, printing the first one and every ``every``-th. Epochs are recorded as day numbers:
+    minus ``offset``, the first day's epoch. An error ends it into ``res.error``;
     ``res.ready`` and ``res.done`` are set in any case."""
     try:
-        res.published_before = host.data_upper()
+        res.published_before = host.data_upper() - offset
         with Subscriber(TOPIC, catalog=catalog, wait=30.0) as sub:
             sub.wait_ready(60.0)
-            _record_snapshots(res, sub)
+            _record_snapshots(res, sub, offset)
             res.ready.set()
             for i, epoch in enumerate(sub.epochs(timeout=None)):
                 if isinstance(epoch, Gap):  # only with recover=True
                     continue
-                _record_epoch(res, epoch)
+                _record_epoch(res, epoch, offset)
                 if i == 0 or every <= 1 or i % every == 0:
                     printer(_epoch_line(res.name, *res.epochs[-1]))
     except Exception as e:  # noqa: BLE001 - reported in the verification table
@@ -63,23 +64,24 @@ def run_subscriber(res: SubResult, catalog: Catalog, host: Any, printer: Printer
         res.done.set()
 
 
-def _record_snapshots(res: SubResult, sub: Subscriber) -> None:
+def _record_snapshots(res: SubResult, sub: Subscriber, offset: int = 0) -> None:
     """The frontiers the subscriber joined at, merged over the partitions' snapshots: the
-    largest upper and the smallest lower time."""
+    largest upper and the smallest lower time (minus ``offset``)."""
     snaps = dict(sub.snapshots)
-    uppers = [t for s in snaps.values() for t in s.upper]
-    lowers = [t for s in snaps.values() for t in s.lower]
+    uppers = [t - offset for s in snaps.values() for t in s.upper]
+    lowers = [t - offset for s in snaps.values() for t in s.lower]
     res.snapshot_upper = (max(uppers),) if uppers else ()
     res.snapshot_lower = (min(lowers),) if lowers else ()
 
 
-def _record_epoch(res: SubResult, epoch: Epoch) -> None:
-    """Record ``epoch``'s time, row count, days of departure and mean departure delay."""
+def _record_epoch(res: SubResult, epoch: Epoch, offset: int = 0) -> None:
+    """Record ``epoch``'s time (minus ``offset``), row count, days of departure and mean
+    departure delay."""
     table = epoch.records
     n = len(epoch)
     dates = set(pc.unique(table.column("dep_date")).to_pylist()) if n else set()
     delay = pc.mean(table.column("dep_delay")).as_py() if n else None
-    res.epochs.append((epoch.time, n, dates, delay))
+    res.epochs.append((epoch.time - offset, n, dates, delay))
 
 
 def _epoch_line(name: str, time: int, n: int, dates: set[Any], delay: float | None) -> str:
@@ -93,7 +95,9 @@ class DemoSubscribers:
     """The demo's subscribers of one run, each in a daemon thread (see :func:`run_subscriber`),
     on ``catalog`` while ``host`` publishes; their lines go to ``printer``."""
 
-    def __init__(self, catalog: Catalog, host: Any, printer: Printer, every: int) -> None:
+    def __init__(self, catalog: Catalog, host: Any, printer: Printer, every: int,
+                 offset: int = 0) -> None:
+        self.offset = offset  # the first day's epoch: recorded epochs are day numbers
         self.catalog = catalog
         self.host = host
         self.printer = printer
@@ -106,7 +110,8 @@ class DemoSubscribers:
         point, or why it could not join."""
         res = SubResult(name, when, expected_first=expected_first)
         t = threading.Thread(target=run_subscriber,
-                             args=(res, self.catalog, self.host, self.printer, self.every),
+                             args=(res, self.catalog, self.host, self.printer, self.every,
+                                   self.offset),
                              name=name, daemon=True)
         self.results.append(res)
         self.threads.append(t)

@@ -71,11 +71,13 @@ def verification_table(subs: Sequence[SubResult], counts: list[int],
 
 
 def print_report(console: Console, subs: Sequence[SubResult], files: DayFiles, stats: list[Any],
-                 query_ok: bool, timing: tuple[float, float, float], pace: float) -> bool:
+                 query_ok: bool, timing: tuple[float, float, float], pace: float,
+                 offset: int = 0) -> bool:
     """Print the verification table, the failed checks, the host's figures (its ``stats``, one
     per partition) and the throughput; returns whether everything passed: the query (see
     ``query_ok``), every subscriber's checks, and the rows the host published. ``timing``: when
-    the set-up began, the query started and ended (``time.time()``)."""
+    the set-up began, the query started and ended (``time.time()``); ``offset``: the first
+    day's epoch."""
     table, failures = verification_table(subs, list(files.counts), list(files.dates))
     pub_rows = sum(s.rows for s in stats)
     if pub_rows != files.rows:
@@ -84,7 +86,7 @@ def print_report(console: Console, subs: Sequence[SubResult], files: DayFiles, s
     console.print(_FOOTNOTE, style="dim")
     for f in failures:
         console.print(f"[red]FAIL[/] {escape(f)}")
-    console.print(f"host: {min(s.next_epoch for s in stats)} epochs complete, "
+    console.print(f"host: {min(s.next_epoch for s in stats) - offset} epochs complete, "
                   f"{pub_rows:,} rows published (table: {files.rows:,}), "
                   f"{sum(s.discarded_batches for s in stats)} staged batches discarded")
     t_setup, t_query, t_end = timing

@@ -178,3 +178,11 @@ def test_event_time_sink_to_the_source_spark_to_spark(spark, tmp_path):
          .trigger(availableNow=True).start())
     await_query(q)
     assert got == dict(enumerate(files.counts))
+
+
+def test_demo_watermark_mode_passes_its_own_checks(spark, tmp_path):
+    """``epochstream demo --watermark``: the rows in arrival order (batches begin and end
+    mid-day), days completed by Spark's watermark; the late joiners still get whole days."""
+    from epochstream.demo import main
+
+    assert main(days=6, catalog=tmp_path / "cat", watermark=True) == 0
