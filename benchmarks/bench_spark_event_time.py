@@ -10,6 +10,9 @@ process that counts every row and records when each epoch arrived; a run with an
    per repeat. Target: >= 10x faster (worst pair).
 2. **The sink's cost at equal batching**: ``epochColumn`` at 30 days per batch against Spark's
    ``noop`` sink at 30 days per batch (rows/s of the same query). Target: >= 0.8x (worst pair).
+   Also against a null *Python* data source (consumes the Arrow batches, commits nothing:
+   PySpark's Python sink machinery without epochstream), which says how much of the gap to
+   ``noop`` is PySpark's and how much ours.
 3. **The watermark policy's latency**: ``complete="watermark"`` over ``ts`` (the day of
    departure + the scheduled time, UTC) with ``withWatermark("ts", "1 hour")`` and 1-day
    epochs, 30 days per batch: for each epoch, the time from the host completing it (the commit
@@ -33,7 +36,7 @@ import traceback
 from pathlib import Path
 
 from . import median, paired
-from .bench_spark import _batch_ms, _query_df, _run_noop
+from .bench_spark import _batch_ms, _null_source, _query_df, _run_noop, _run_python_null
 
 
 def _timing_subscriber(topic, catalog_path, expected, q):
@@ -159,13 +162,17 @@ def run(quick: bool = False, log=print) -> dict:
     rows: list[dict] = []
     try:
         warm = flights.day_files(min(days, 10))
+        spark.dataSource.register(_null_source())
         _run_noop(spark, warm, per_batch, workdir)
+        _run_python_null(spark, warm, per_batch, workdir)
         for v in ("batch", "watermark", "per-day"):
             _run(spark, warm, 5 if v != "per-day" else 1, v, workdir, -1)
 
         def one(variant: str, rep: int) -> dict:
             if variant == "noop":
                 r = _run_noop(spark, files, per_batch, workdir)
+            elif variant == "python-null":
+                r = _run_python_null(spark, files, per_batch, workdir)
             else:
                 r = _run(spark, files, 1 if variant == "per-day" else per_batch, variant,
                          workdir, rep)
@@ -174,18 +181,22 @@ def run(quick: bool = False, log=print) -> dict:
                    if r.get("rows_per_s") else f"FAILED: {r.get('error')}"))
             return r
 
-        rows = paired.interleave(["per-day", "batch", "noop", "watermark"], repeats, one, log)
+        rows = paired.interleave(["per-day", "batch", "noop", "python-null", "watermark"],
+                                 repeats, one, log)
     finally:
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     speedup = paired.summary(paired.pair_ratios(rows, "batch", "per-day", "rows_per_s"))
     vs_noop = paired.summary(paired.pair_ratios(rows, "batch", "noop", "rows_per_s"))
+    vs_null = paired.summary(paired.pair_ratios(rows, "batch", "python-null", "rows_per_s"))
+    null_vs_noop = paired.summary(paired.pair_ratios(rows, "python-null", "noop", "rows_per_s"))
     lat = [x for r in rows if r["variant"] == "watermark" for x in r.get("latency_ms", [])]
     return {"available": True, "quick": quick, "days": days, "days_per_batch": per_batch,
             "repeats": repeats, "input_rows": files.rows, "rows": rows,
             "speedup_vs_one_batch_per_day": speedup,
             "speedup_verdict": paired.verdict(speedup, 10.0),
             "ratio_vs_noop": vs_noop, "ratio_vs_noop_verdict": paired.verdict(vs_noop, 0.8),
+            "ratio_vs_python_null": vs_null, "python_null_vs_noop": null_vs_noop,
             "per_day_seconds_median": median(r["seconds"] for r in rows
                                              if r["variant"] == "per-day" and r.get("ok")),
             "batch_seconds_median": median(r["seconds"] for r in rows
