@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from ..catalog.history import HistoryState
+from ..catalog.history_records import HistoryState
 from .catalogs import open_existing_catalog
 from .errors import exit_on_errors
 from .formats import fmt_bytes

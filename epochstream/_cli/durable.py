@@ -12,10 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import Catalog
-from ..catalog.history import DurableInfo, position_available
+from ..catalog.history_records import DurableInfo, position_available
 from ..errors import EpochstreamError, HistoryUnavailable
 from ..frontier import Antichain
-from ..log.reader import History
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors
 from .formats import fmt_seconds
@@ -238,6 +237,8 @@ def reset_target(cat: Catalog, topic: str, order: Any, to: str) -> tuple[Any, ..
         raise fail(f"--to {value} needs the topic's history, and topic {topic!r} keeps none "
                    f"(its publishers run without retention)", EXIT_USAGE,
                    hint="pass a time, e.g. --to 10")
+    from ..log.reader import History  # here: the log package only for a command that reads it
+
     if value == "earliest":
         return tuple(History(topic, catalog=cat).since)
     if value == "latest":
@@ -255,6 +256,8 @@ def reset_target(cat: Catalog, topic: str, order: Any, to: str) -> tuple[Any, ..
 def _retained(cat: Catalog, topic: str, pred: Any) -> Optional[list[Any]]:
     """The retained epochs satisfying ``pred`` (a linear extension of the order), or ``None``
     when the history cannot be listed."""
+    from ..log.reader import History
+
     try:
         return [t for t, _ in History(topic, catalog=cat).records() if pred(t)]
     except (HistoryUnavailable, EpochstreamError):

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..catalog import Catalog
-from ..catalog.groups import GroupInfo
+from ..catalog.group_records import GroupInfo
 from .formats import fmt_time
 from .output import err
 from .positions import fmt_position

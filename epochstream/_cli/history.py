@@ -11,7 +11,6 @@ from rich.markup import escape
 
 from ..catalog import Catalog
 from ..errors import EpochstreamError, HistoryUnavailable
-from ..log.reader import History
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors, stream_errors
 from .formats import fmt_bytes, fmt_when
@@ -97,6 +96,8 @@ def print_history(cat: Catalog, topic: str, since: Optional[str], until: Optiona
                   writer: HistoryWriter) -> None:
     """Print the retained epochs of ``topic`` at or beyond ``since`` and not at or beyond
     ``until`` (command-line texts, ``None``: no bound), then a summary on stderr."""
+    from ..log.reader import History  # here: the log package only for this command
+
     console = err()
     with exit_on_errors(cat):
         hist = History(topic, catalog=cat)

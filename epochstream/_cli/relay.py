@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-import zmq
 from rich.markup import escape
 
 from ..catalog import Catalog
@@ -74,6 +73,8 @@ def run_relay(topic: str, catalog: Catalog, tier: str, bind: str, advertise: Opt
     options of ``relay``); ends with status 0 when stopped by a signal or when the upstream
     topic ended, 1 when the upstream failed (the relay aborted downstream), 2 for an unknown
     topic or bad usage."""
+    import zmq
+
     from ..transport.relay import Relay
 
     with exit_on_errors(usage=(ValueError,), others=(TimeoutError,)):

@@ -15,7 +15,6 @@ from rich.markup import escape
 from ..catalog import Catalog, TopicInfo
 from ..errors import EpochstreamError, HistoryUnavailable, SubscriptionExpired, SubscriptionHeld
 from ..events import Epoch, Gap
-from ..transport import Subscriber
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors, interruptible, stream_errors
 from .formats import fmt_bytes
@@ -180,6 +179,8 @@ def _stream(cat: Catalog, topic: str, info: TopicInfo, writer: TailWriter, conso
             start: Start) -> str:
     """Subscribe and write each complete epoch (counted in ``totals``; acked once written when
     durable); returns how it ended."""
+    from ..transport import Subscriber  # here: zmq and the transport only for this command
+
     held = None if start.durable is None else cat.durable(topic, start.durable)
     resumed = None if held is None else held.position
     with Subscriber(topic, catalog=cat, wait=0.0, start=start.position, durable=start.durable,
