@@ -5,11 +5,9 @@ that skips or delivers again, like Materialize's ``RESET``) and ``drop``."""
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from ..catalog import Catalog
 from ..catalog.history_records import DurableInfo, position_available
@@ -19,10 +17,13 @@ from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors
 from .formats import fmt_seconds
 from .group_views import group_durable_json, group_durable_rows, group_units, print_stopped
-from .output import EXIT_ERROR, EXIT_USAGE, err, fail, out
+from .output import EXIT_ERROR, EXIT_USAGE, err, escape, fail, out
 from .params import CatalogToChange, CatalogToRead, Name, Topic, TopicOrAll, new_app
 from .positions import TIME_HELP, fmt_position, fmt_times, parse_position
 from .tail_output import dumps
+
+if TYPE_CHECKING:  # rich is imported by the functions that print
+    from rich.table import Table
 
 __all__ = ["app", "STATE_STYLE", "holder_text", "durables_table", "durable_json", "find_durable",
            "refuse_if_held", "reset_target", "reset_report"]
@@ -162,6 +163,8 @@ def _age(ts: Optional[float], now: float) -> str:
 def durables_table(cat: Catalog, durables: list[DurableInfo]) -> Table:
     """The table of ``durable ls``: topic, name, position, acked beyond it (out of order),
     state, holder (and whether its process runs) and the age of the last ack."""
+    from rich.table import Table  # here: rich only for a command that prints
+
     now = time.time()
     table = Table(show_lines=False)
     for col in ("topic", "name"):

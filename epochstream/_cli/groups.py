@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import typer
-from rich.markup import escape
 
 from ..catalog import Catalog
 from ..catalog.group_records import GroupInfo
@@ -17,7 +16,7 @@ from .catalogs import open_existing_catalog
 from .errors import exit_on_errors
 from .group_views import (GroupUnit, group_json, group_units, groups_table, info_json,
                           info_lines, print_stopped, process_text)
-from .output import EXIT_ERROR, EXIT_USAGE, fail, out
+from .output import EXIT_ERROR, EXIT_USAGE, escape, fail, out
 from .params import CatalogToChange, CatalogToRead, Name, Topic, TopicOrAll, new_app
 from .positions import fmt_position
 

@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import typer
-from rich.markup import escape
 
 from ..catalog import Catalog
 from ..errors import EpochstreamError, HistoryUnavailable
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors, stream_errors
 from .formats import fmt_bytes, fmt_when
-from .output import EXIT_USAGE, err, fail
+from .output import EXIT_USAGE, err, escape, fail
 from .params import CatalogToRead, Records, Topic
 from .positions import TIME_HELP, fmt_position, parse_position
 from .tail_output import TailWriter

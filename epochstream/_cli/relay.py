@@ -10,13 +10,12 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 from ..catalog import Catalog
 from ..errors import TopicNotFound
 from .catalogs import open_existing_catalog
 from .errors import cannot_bind, exit_on_errors
-from .output import EXIT_ERROR, EXIT_USAGE, announce, err, fail, until_signal
+from .output import EXIT_ERROR, EXIT_USAGE, announce, err, escape, fail, until_signal
 from .params import CatalogToRegisterIn, Topic
 
 __all__ = ["commands", "relay", "run_relay"]
