@@ -31,15 +31,18 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..security import Grant
-from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
-from .history_records import DurableInfo, EpochRecord, HistoryState
 from .locations import (DEFAULT_DIR, DEFAULT_FILE, ENV_VAR, HOME_VAR, SCHEMES, URL_SCHEME,
                         CatalogURL, default_catalog_path, is_catalog_url, local_home,
                         location_kind, resolve_path)
 from .records import TopicInfo
+
+if TYPE_CHECKING:  # what the operations return, in annotations only (their modules load with
+    # an implementation or a caller that uses them, not with the interface)
+    from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
+    from .history_records import DurableInfo, EpochRecord, HistoryState
 
 __all__ = ["Catalog", "ENV_VAR", "DEFAULT_DIR", "DEFAULT_FILE", "POLL_INTERVAL_S", "URL_SCHEME",
            "SCHEMES", "OPERATIONS", "default_catalog_path", "is_catalog_url", "location_kind", "resolve_path",
