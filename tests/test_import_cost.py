@@ -75,6 +75,24 @@ def test_version_prints_the_version():
     assert (proc.returncode, proc.stdout, proc.stderr) == expected
 
 
+def test_a_msgpack_topic_end_to_end_never_loads_pyarrow(tmp_path):
+    """Publishing, logging (retention) and a filtered subscription of msgpack records: the
+    Arrow codec and ``pyarrow.compute`` stay unloaded (they are for Arrow topics)."""
+    modules = _modules(
+        "from epochstream import Publisher, Subscriber, Catalog, Filter, Retention\n"
+        f"cat = Catalog({str(tmp_path / 'cat')!r})\n"
+        "pub = Publisher('t', catalog=cat, retention=Retention())\n"
+        "sub = Subscriber('t', catalog=cat, record_filter=Filter(where=[('x', '>', 1)]))\n"
+        "for e in range(3):\n"
+        "    pub.send(e, [{'x': e}, {'x': e + 2}])\n"
+        "    pub.advance_to(e + 1)\n"
+        "got = [ep for _, ep in zip(range(3), sub.epochs(timeout=10))]\n"
+        "assert [len(ep.records) for ep in got] == [1, 1, 2], got\n"
+        "pub.close(); sub.close(); cat.close()")
+    assert {"epochstream.log", "epochstream.catalog.sqlcatalog"} <= modules  # it did run
+    assert not _loaded(modules, ("pyarrow", "numpy", "pandas", "psycopg", "typer", "rich"))
+
+
 def test_every_lazy_name_still_imports():
     """What was made lazy still answers ``from ... import X`` for every name of ``__all__``."""
     modules = _modules("import epochstream, epochstream.catalog, epochstream.catalog.holders\n"
