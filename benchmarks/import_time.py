@@ -215,7 +215,7 @@ def section(result: dict | None) -> list[str]:
                          f"before {', '.join(m['before']['heavy']) or 'none'}; after "
                          f"{', '.join(m['after']['heavy']) or 'none'}.")
     if lines:
-        out.append("\nModules loaded (bytecode cached), and which of the heavy ones (`HEAVY` in "
+        out.append("Modules loaded (bytecode cached), and which of the heavy ones (`HEAVY` in "
                    "the script) among them:\n\n" + "\n".join(lines) + "\n")
     return out
 
