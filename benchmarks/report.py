@@ -646,6 +646,8 @@ def write() -> Path:
     opt = load_result("optimizations")
     if opt:
         out += _optimizations_section(opt) + ["\n"]
+    from .import_time import section as _import_time_section
+    out += _import_time_section(load_result("import_time")) + ["\n"]
     out.append(NOT_YET + "\n")
     out.append(BUDGET)
     out += _budget_measured(results_by_name={

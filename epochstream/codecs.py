@@ -27,7 +27,6 @@ publish the dict's keys, ``send(t, "abc")`` its characters. Every decoding failu
 from __future__ import annotations
 
 import datetime as _dt
-import decimal
 from collections.abc import Sequence as _Sequence
 from typing import Any
 
@@ -60,6 +59,8 @@ def _default(obj):
     Decimals as strings, numpy scalars as Python numbers; ``TypeError`` for anything else."""
     if isinstance(obj, (_dt.datetime, _dt.date, _dt.time)):
         return obj.isoformat()
+    import decimal  # here, not at import: only a value msgpack cannot pack comes here
+
     if isinstance(obj, decimal.Decimal):
         return str(obj)
     item = getattr(obj, "item", None)  # numpy scalars

@@ -18,11 +18,10 @@ import socket
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from ..catalog import ENV_VAR, is_catalog_url, location_kind
 from .errors import cannot_bind, exit_on_errors
-from .output import EXIT_USAGE, announce, err, fail, out, until_signal
+from .output import EXIT_USAGE, announce, err, escape, fail, out, until_signal
 from .params import new_app
 
 __all__ = ["app", "serve", "init"]

@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-from .. import demo as _demo
 from .errors import interruptible
 
 __all__ = ["commands", "demo"]
@@ -64,6 +63,8 @@ def demo(
                                        help="Where the dashboard listens (another free port "
                                             "if this one is taken)."),
 ) -> None:
+    from .. import demo as _demo  # here: the demo loads pyarrow and Spark, --version must not
+
     with interruptible():
         code = _demo.main(days=days, host=host, catalog=catalog, pace=pace,
                           days_per_batch=None if one_batch_per_day else days_per_batch,

@@ -8,14 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
-from ..catalog.history import HistoryState
+from ..catalog.history_records import HistoryState
 from .catalogs import open_existing_catalog
 from .errors import exit_on_errors
 from .formats import fmt_bytes
 from .lookup import publishers
-from .output import EXIT_ERROR, err, fail, out
+from .output import EXIT_ERROR, err, escape, fail, out
 from .params import CatalogToChange, Topic
 
 __all__ = ["commands", "drop", "DeletedLog", "delete_logs"]

@@ -5,25 +5,25 @@ that skips or delivers again, like Materialize's ``RESET``) and ``drop``."""
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from ..catalog import Catalog
-from ..catalog.history import DurableInfo, position_available
+from ..catalog.history_records import DurableInfo, position_available
 from ..errors import EpochstreamError, HistoryUnavailable
 from ..frontier import Antichain
-from ..log.reader import History
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors
 from .formats import fmt_seconds
 from .group_views import group_durable_json, group_durable_rows, group_units, print_stopped
-from .output import EXIT_ERROR, EXIT_USAGE, err, fail, out
+from .output import EXIT_ERROR, EXIT_USAGE, err, escape, fail, out
 from .params import CatalogToChange, CatalogToRead, Name, Topic, TopicOrAll, new_app
 from .positions import TIME_HELP, fmt_position, fmt_times, parse_position
 from .tail_output import dumps
+
+if TYPE_CHECKING:  # rich is imported by the functions that print
+    from rich.table import Table
 
 __all__ = ["app", "STATE_STYLE", "holder_text", "durables_table", "durable_json", "find_durable",
            "refuse_if_held", "reset_target", "reset_report"]
@@ -163,6 +163,8 @@ def _age(ts: Optional[float], now: float) -> str:
 def durables_table(cat: Catalog, durables: list[DurableInfo]) -> Table:
     """The table of ``durable ls``: topic, name, position, acked beyond it (out of order),
     state, holder (and whether its process runs) and the age of the last ack."""
+    from rich.table import Table  # here: rich only for a command that prints
+
     now = time.time()
     table = Table(show_lines=False)
     for col in ("topic", "name"):
@@ -238,6 +240,8 @@ def reset_target(cat: Catalog, topic: str, order: Any, to: str) -> tuple[Any, ..
         raise fail(f"--to {value} needs the topic's history, and topic {topic!r} keeps none "
                    f"(its publishers run without retention)", EXIT_USAGE,
                    hint="pass a time, e.g. --to 10")
+    from ..log.reader import History  # here: the log package only for a command that reads it
+
     if value == "earliest":
         return tuple(History(topic, catalog=cat).since)
     if value == "latest":
@@ -255,6 +259,8 @@ def reset_target(cat: Catalog, topic: str, order: Any, to: str) -> tuple[Any, ..
 def _retained(cat: Catalog, topic: str, pred: Any) -> Optional[list[Any]]:
     """The retained epochs satisfying ``pred`` (a linear extension of the order), or ``None``
     when the history cannot be listed."""
+    from ..log.reader import History
+
     try:
         return [t for t, _ in History(topic, catalog=cat).records() if pred(t)]
     except (HistoryUnavailable, EpochstreamError):

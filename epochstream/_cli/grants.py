@@ -14,13 +14,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from ..security import OPERATIONS, check_grant, load_public
 from .catalogs import open_catalog, open_existing_catalog
 from .errors import exit_on_errors
-from .output import EXIT_USAGE, err, fail, out
+from .output import EXIT_USAGE, err, escape, fail, out
 from .params import CatalogToChange, CatalogToRead, CatalogToWrite, new_app
 from .tail_output import dumps
 
@@ -121,6 +119,8 @@ def grant_ls(
     if not grants:
         err().print("no grants" + (f" for topic {escape(topic)}" if topic else ""))
         return
+    from rich.table import Table  # here: rich only for a command that prints
+
     table = Table(box=None, pad_edge=False)
     for column in ("principal", "pattern", "op"):
         table.add_column(column, no_wrap=True)

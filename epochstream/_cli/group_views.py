@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from rich.markup import escape
-from rich.table import Table
 
 from ..catalog import Catalog
-from ..catalog.groups import GroupInfo
+from ..catalog.group_records import GroupInfo
 from .formats import fmt_time
-from .output import err
+from .output import err, escape
 from .positions import fmt_position
 from .tail_output import dumps
+
+if TYPE_CHECKING:  # rich is imported by the functions that print
+    from rich.table import Table
 
 __all__ = ["GroupUnit", "group_units", "fmt_unit", "process_text", "groups_table", "group_json",
            "info_lines", "info_json", "group_durable_rows", "group_durable_json",
@@ -108,6 +109,8 @@ def groups_table(cat: Catalog, groups: list[tuple[GroupInfo, list[GroupUnit]]]) 
     """The table of ``group ls``: topic, name, mode, position, the units leased (live leases;
     ``+N expired``: leases whose deadline passed or whose worker is gone), acked and
     dead-lettered beyond the position, state and the reason it stopped."""
+    from rich.table import Table  # here: rich only for a command that prints
+
     now = time.time()
     table = Table(show_lines=False)
     for col in ("topic", "name", "mode", "position"):
@@ -170,6 +173,8 @@ def info_lines(cat: Catalog, g: GroupInfo, units: list[GroupUnit]) -> tuple[list
             f"  state        {state}"]
     leased = [u for u in units if u.state == "leased"]
     head.append(f"leased: {len(leased)} unit(s)" if leased else "leased: none")
+    from rich.table import Table  # here: rich only for a command that prints
+
     table = Table(show_lines=False)
     table.add_column("time", overflow="fold")
     if g.mode == "key_shared":

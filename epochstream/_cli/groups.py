@@ -7,18 +7,16 @@ from __future__ import annotations
 import time
 
 import typer
-from rich.markup import escape
 
 from ..catalog import Catalog
-from ..catalog.groups import GroupInfo
-from ..catalog.history import position_available
+from ..catalog.group_records import GroupInfo
+from ..catalog.history_records import position_available
 from ..errors import HistoryUnavailable
-from ..log.reader import History
 from .catalogs import open_existing_catalog
 from .errors import exit_on_errors
 from .group_views import (GroupUnit, group_json, group_units, groups_table, info_json,
                           info_lines, print_stopped, process_text)
-from .output import EXIT_ERROR, EXIT_USAGE, fail, out
+from .output import EXIT_ERROR, EXIT_USAGE, escape, fail, out
 from .params import CatalogToChange, CatalogToRead, Name, Topic, TopicOrAll, new_app
 from .positions import fmt_position
 
@@ -189,6 +187,8 @@ def reset_check(cat: Catalog, g: GroupInfo) -> None:
     it."""
     if g.position is None:
         return
+    from ..log.reader import History  # here: the log package only for a command that reads it
+
     try:
         since = History(g.topic, catalog=cat).since
     except HistoryUnavailable:

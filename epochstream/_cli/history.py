@@ -7,15 +7,13 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import typer
-from rich.markup import escape
 
 from ..catalog import Catalog
 from ..errors import EpochstreamError, HistoryUnavailable
-from ..log.reader import History
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors, stream_errors
 from .formats import fmt_bytes, fmt_when
-from .output import EXIT_USAGE, err, fail
+from .output import EXIT_USAGE, err, escape, fail
 from .params import CatalogToRead, Records, Topic
 from .positions import TIME_HELP, fmt_position, parse_position
 from .tail_output import TailWriter
@@ -97,6 +95,8 @@ def print_history(cat: Catalog, topic: str, since: Optional[str], until: Optiona
                   writer: HistoryWriter) -> None:
     """Print the retained epochs of ``topic`` at or beyond ``since`` and not at or beyond
     ``until`` (command-line texts, ``None``: no bound), then a summary on stderr."""
+    from ..log.reader import History  # here: the log package only for this command
+
     console = err()
     with exit_on_errors(cat):
         hist = History(topic, catalog=cat)

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 from ..security import ENV_KEYS, load_keypair
 from .errors import exit_on_errors
-from .output import EXIT_USAGE, err, fail, out
+from .output import EXIT_USAGE, err, escape, fail, out
 from .params import new_app
 
 __all__ = ["app", "generate"]

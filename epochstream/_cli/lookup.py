@@ -7,13 +7,12 @@ import time
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 from ..catalog import Catalog, PartitionInfo, TopicInfo
 from ..errors import EpochstreamError, TopicNotFound
 from .errors import unknown_topic
 from .formats import fmt_when
-from .output import EXIT_CLOSED, EXIT_ERROR, err, fail
+from .output import EXIT_CLOSED, EXIT_ERROR, err, escape, fail
 
 __all__ = ["POLL_S", "publishers", "who", "cannot_tail", "find_topic"]
 

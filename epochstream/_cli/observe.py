@@ -19,16 +19,17 @@ import json
 import os
 import sys
 import time
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from .catalogs import open_existing_catalog
 from .errors import exit_on_errors
-from .output import EXIT_USAGE, err, fail, out, until_signal
+from .output import EXIT_USAGE, err, escape, fail, out, until_signal
 from .params import CatalogToRead, new_app
+
+if TYPE_CHECKING:  # rich is imported by the functions that print
+    from rich.table import Table
 
 __all__ = ["app", "commands", "serve_command", "health", "top"]
 
@@ -123,6 +124,8 @@ def _fmt(frontier: tuple[Any, ...] | None) -> str:
 def _tables(report: Any, sort: str, rates: dict[Any, float]) -> list[Table]:
     """The partitions table and the readers table of ``report`` (readers sorted by ``sort``;
     ``rates``: epochs/s of each total-order partition's upper frontier since the last view)."""
+    from rich.table import Table  # here: rich only for a command that prints
+
     parts = Table("topic", "partition", "state", "run", "gen", "lower", "upper", "epochs/s",
                   "retained", box=None, header_style="bold")
     for t in report.topics:

@@ -9,14 +9,16 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
+
+if TYPE_CHECKING:  # rich is imported when something is printed (--version never loads it)
+    from rich.console import Console
 
 __all__ = ["EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_UNKNOWN_TOPIC",
-           "EXIT_CLOSED", "EXIT_STATUS_HELP", "out", "err", "fail", "until_signal", "announce"]
+           "EXIT_CLOSED", "EXIT_STATUS_HELP", "out", "err", "fail", "until_signal", "announce",
+           "escape"]
 
 EXIT_OK = 0
 EXIT_ERROR = 1          # lost / dead / aborted publisher, --timeout, any other runtime error
@@ -41,13 +43,24 @@ EXIT_STATUS_HELP = (
 def out() -> Console:
     """The console for a command's data (stdout). Not a terminal: no colours, and tables as
     wide as they need (up to 200 columns, unless ``$COLUMNS`` says otherwise)."""
+    from rich.console import Console
+
     wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     return Console(highlight=False, soft_wrap=False, width=200 if wide else None)
 
 
 def err() -> Console:
     """The console for everything that is not data (stderr)."""
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
+
+
+def escape(markup: str) -> str:
+    """rich's :func:`rich.markup.escape` (``markup`` printed as it is), rich imported here."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(markup)
 
 
 def fail(message: str, code: int = EXIT_ERROR, hint: Optional[str] = None) -> typer.Exit:

@@ -10,14 +10,12 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-import zmq
-from rich.markup import escape
 
 from ..catalog import Catalog
 from ..errors import TopicNotFound
 from .catalogs import open_existing_catalog
 from .errors import cannot_bind, exit_on_errors
-from .output import EXIT_ERROR, EXIT_USAGE, announce, err, fail, until_signal
+from .output import EXIT_ERROR, EXIT_USAGE, announce, err, escape, fail, until_signal
 from .params import CatalogToRegisterIn, Topic
 
 __all__ = ["commands", "relay", "run_relay"]
@@ -74,6 +72,8 @@ def run_relay(topic: str, catalog: Catalog, tier: str, bind: str, advertise: Opt
     options of ``relay``); ends with status 0 when stopped by a signal or when the upstream
     topic ended, 1 when the upstream failed (the relay aborted downstream), 2 for an unknown
     topic or bad usage."""
+    import zmq
+
     from ..transport.relay import Relay
 
     with exit_on_errors(usage=(ValueError,), others=(TimeoutError,)):

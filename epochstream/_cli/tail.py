@@ -6,24 +6,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from ..catalog import Catalog, TopicInfo
 from ..errors import EpochstreamError, HistoryUnavailable, SubscriptionExpired, SubscriptionHeld
 from ..events import Epoch, Gap
-from ..transport import Subscriber
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors, interruptible, stream_errors
 from .formats import fmt_bytes
 from .lookup import find_topic
-from .output import EXIT_ERROR, EXIT_STATUS_HELP, EXIT_USAGE, err, fail
+from .output import EXIT_ERROR, EXIT_STATUS_HELP, EXIT_USAGE, err, escape, fail
 from .params import CatalogToRead, Records, Topic
 from .positions import TIME_HELP, fmt_position, parse_position
 from .tail_output import TailWriter
+
+if TYPE_CHECKING:  # rich is imported when something is printed
+    from rich.console import Console
 
 __all__ = ["commands", "tail", "Start", "follow"]
 
@@ -180,6 +180,8 @@ def _stream(cat: Catalog, topic: str, info: TopicInfo, writer: TailWriter, conso
             start: Start) -> str:
     """Subscribe and write each complete epoch (counted in ``totals``; acked once written when
     durable); returns how it ended."""
+    from ..transport import Subscriber  # here: zmq and the transport only for this command
+
     held = None if start.durable is None else cat.durable(topic, start.durable)
     resumed = None if held is None else held.position
     with Subscriber(topic, catalog=cat, wait=0.0, start=start.position, durable=start.durable,

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Iterable, Optional
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from .formats import fmt_bytes, fmt_seconds, fmt_time
+
+if TYPE_CHECKING:  # rich is imported when a terminal is written to
+    from rich.console import Console
+    from rich.text import Text
 
 __all__ = ["json_default", "dumps", "rows", "TailWriter", "stdout_to_devnull"]
 
@@ -56,8 +57,11 @@ class TailWriter:
     def __init__(self, as_json: bool, records: bool) -> None:
         self.as_json = as_json
         self.records = records
-        tty = sys.stdout.isatty()
-        self.console = Console(highlight=False, soft_wrap=True) if tty and not as_json else None
+        self.console: Optional[Console] = None
+        if sys.stdout.isatty() and not as_json:
+            from rich.console import Console
+
+            self.console = Console(highlight=False, soft_wrap=True)
 
     def _line(self, text: str | Text) -> None:
         if self.console is not None:
@@ -84,7 +88,12 @@ class TailWriter:
                 self._line(dumps({"time": time_, **fields}))
             return
         t = f"{fmt_time(time_):>16}"
-        self._line(Text.assemble((t, "bold cyan"), rest) if self.console is not None else t + rest)
+        if self.console is not None:
+            from rich.text import Text
+
+            self._line(Text.assemble((t, "bold cyan"), rest))
+        else:
+            self._line(t + rest)
         if self.records:
             for r in rows(records):
                 self._line(f"  {dumps(r)}")

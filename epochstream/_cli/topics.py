@@ -3,15 +3,18 @@ topic (its endpoint, state, coloured, and publisher pid)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from ..catalog import TopicInfo
 from .catalogs import open_existing_catalog
 from .errors import exit_on_errors
-from .output import out
+from .output import escape, out
 from .params import CatalogToRead
+
+if TYPE_CHECKING:  # rich is imported by the functions that print
+    from rich.table import Table
 
 __all__ = ["commands", "topics", "STATE_STYLE", "topics_table"]
 
@@ -25,6 +28,8 @@ STATE_STYLE = {"live": "green", "closed": "blue", "aborted": "magenta", "dead": 
 
 def topics_table(topics: list[TopicInfo]) -> Table:
     """The table of ``topics``; a partition no publisher registered is ``unregistered``."""
+    from rich.table import Table  # here: rich only for a command that prints
+
     table = Table(show_lines=False)
     table.add_column("topic", overflow="fold")
     for col in ("order", "codec", "parts", "part"):

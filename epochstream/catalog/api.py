@@ -22,30 +22,44 @@ schemes this version knows (it is never taken for a directory name).
 Locations (:func:`location_kind`, :func:`resolve_path`, :class:`CatalogURL`, ...) are
 :mod:`epochstream.catalog.locations`, importable from here too. The implementations register
 themselves here (:func:`implementation`); this module imports none of them, so nothing below it
-imports back up.
+imports back up. The package names the module of each kind (:func:`implemented_in`), imported
+on the first ``Catalog(location)`` of that kind: a program on a SQLite file never loads the
+network client, and ``import epochstream`` loads no implementation.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..security import Grant
-from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
-from .history_records import DurableInfo, EpochRecord, HistoryState
 from .locations import (DEFAULT_DIR, DEFAULT_FILE, ENV_VAR, HOME_VAR, SCHEMES, URL_SCHEME,
                         CatalogURL, default_catalog_path, is_catalog_url, local_home,
                         location_kind, resolve_path)
 from .records import TopicInfo
 
+if TYPE_CHECKING:  # what the operations return, in annotations only (their modules load with
+    # an implementation or a caller that uses them, not with the interface)
+    from .group_records import Claimed, ClaimView, GroupEpoch, GroupInfo
+    from .history_records import DurableInfo, EpochRecord, HistoryState
+
 __all__ = ["Catalog", "ENV_VAR", "DEFAULT_DIR", "DEFAULT_FILE", "POLL_INTERVAL_S", "URL_SCHEME",
            "SCHEMES", "OPERATIONS", "default_catalog_path", "is_catalog_url", "location_kind", "resolve_path",
-           "implementation", "local_home", "HOME_VAR", "CatalogURL"]
+           "implementation", "implemented_in", "local_home", "HOME_VAR", "CatalogURL"]
 
 POLL_INTERVAL_S = 0.05
 """Seconds between two reads of the catalog while :meth:`Catalog.lookup` waits."""
 
 _IMPLEMENTATIONS: dict[str, type] = {}
+_MODULES: dict[str, str] = {}
+
+
+def implemented_in(module: str, *kinds: str) -> None:
+    """Declare that ``module`` (a dotted name) registers the implementation of ``kinds``: it is
+    imported by the first ``Catalog(location)`` of one of them, not before."""
+    for kind in kinds:
+        _MODULES[kind] = module
 
 
 def implementation(*kinds: str) -> Callable[[type], type]:
@@ -96,6 +110,8 @@ class Catalog:
     def __new__(cls, location: Any = None, *args: Any, **kwargs: Any) -> "Catalog":
         if cls is Catalog:
             kind = location_kind(os.environ.get(ENV_VAR) if location is None else location)
+            if kind not in _IMPLEMENTATIONS and kind in _MODULES:
+                importlib.import_module(_MODULES[kind])  # it registers itself
             cls = _IMPLEMENTATIONS[kind]
         return super().__new__(cls)
 

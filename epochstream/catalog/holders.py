@@ -20,22 +20,37 @@ Used by :mod:`epochstream.catalog.records` (a ``live`` row whose process is dead
 from __future__ import annotations
 
 import os
-import socket
 import time
 from typing import Any
-
-import psutil
 
 from ..errors import CatalogError
 
 __all__ = ["HOST", "pid_alive", "process_start", "lease_alive", "holder_alive", "check_holder"]
 
-HOST = socket.gethostname()
-"""This machine's host name, as stored in ``partitions.host`` by rows registered here."""
+HOST: str
+"""This machine's host name, as stored in ``partitions.host`` by rows registered here (read on
+first use, :func:`_host`: the ``socket`` module is not loaded by ``import epochstream``)."""
+_HOST: list[str] = []
+
+
+def _host() -> str:
+    if not _HOST:
+        import socket
+
+        _HOST.append(socket.gethostname())
+    return _HOST[0]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HOST":
+        return _host()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def process_start(pid: int) -> float | None:
     """The start time of process ``pid`` (seconds since the epoch), or ``None`` if unknown."""
+    import psutil  # here, not at import: ~8 ms a process that never registers does not pay
+
     try:
         return psutil.Process(pid).create_time()
     except (psutil.Error, OSError, ValueError):
@@ -49,12 +64,14 @@ def pid_alive(pid: int, pid_start: float | None = None, host: str | None = None)
     ``pid_start`` (the process start time recorded at registration) is given and the running
     process ``pid`` started at a different time, the pid was reused: dead. A ``host`` other than
     this machine's cannot be checked and is reported alive."""
-    if host is not None and host != HOST:
+    if host is not None and host != _host():
         return True
     if pid == os.getpid():
         return True
     if pid is None or pid <= 0:
         return False
+    import psutil  # here, not at import (see process_start)
+
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
@@ -85,7 +102,7 @@ def holder_alive(pid: int | None, pid_start: float | None, host: str | None,
     (the same-host fast path: its lease need not run out); a stopped or hung one keeps its
     lease until the lease runs out."""
     if lease is not None:
-        if host == HOST and pid is not None and not pid_alive(pid, pid_start, host):
+        if host == _host() and pid is not None and not pid_alive(pid, pid_start, host):
             return False
         return lease_alive(renewed_at, lease, now)
     return pid is not None and pid_alive(pid, pid_start, host)
@@ -99,10 +116,10 @@ def check_holder(pid: Any, pid_start: Any, host: Any, lease: Any) -> tuple:
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise CatalogError(f"pid must be an int, got {pid!r}")
     if host is None:
-        host = HOST
+        host = _host()
     if not isinstance(host, str):
         raise CatalogError(f"host must be a str, got {host!r}")
-    if pid_start is None and host == HOST:
+    if pid_start is None and host == _host():
         pid_start = process_start(pid)
     if pid_start is not None and (isinstance(pid_start, bool)
                                   or not isinstance(pid_start, (int, float))):

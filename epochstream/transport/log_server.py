@@ -35,7 +35,6 @@ from typing import Any, Callable
 import zmq
 
 from .. import wire
-from ..log.format import read_epoch
 from ..errors import HistoryCorrupt, ProtocolError
 from ..frontier import Antichain
 from ..order import check_time
@@ -180,6 +179,8 @@ class LogServer:
         wire_t = list(t) if isinstance(t, tuple) else t
         rec = self._catalog.history_epoch(self.topic, self.partition, t)
         if rec is not None:
+            from ..log.format import read_epoch  # the log package only for a publisher with one
+
             try:
                 payloads = [p for _, p in read_epoch(self._dir, rec)]
             except HistoryCorrupt as e:

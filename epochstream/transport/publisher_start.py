@@ -5,11 +5,10 @@ the pure functions of :mod:`epochstream.start`; this module does the reading for
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from ..catalog import Catalog
 from ..catalog.runs import claim_run
-from ..log.format import partition_dir
-from ..log.writer import LogWriter
 from ..errors import EpochstreamError
 from ..frontier import Antichain
 from ..order import check_time, dual
@@ -17,6 +16,9 @@ from ..protocol import PublisherProtocol
 from ..retention import Retention
 from ..start import continued_frontiers, given_frontiers, inherited_upper as _inherited
 from ..start import resumed_lower
+
+if TYPE_CHECKING:  # the log package is imported by a publisher that keeps one (open_log)
+    from ..log.writer import LogWriter
 
 __all__ = ["start_protocol", "start_frontiers", "open_log", "inherited_upper", "recorded_upper", "history_dir"]
 
@@ -50,6 +52,8 @@ def inherited_upper(catalog: Catalog | None, topic: str, partition: int, order, 
 def history_dir(catalog: Catalog, retention: Retention, topic: str, partition: int):
     """Where the epoch log of ``partition`` of ``topic`` lives: under ``retention.dir``, or
     ``history/`` next to the catalog file."""
+    from ..log.format import partition_dir
+
     base = retention.dir if retention.dir is not None else catalog.path.parent / "history"
     return partition_dir(base, topic, partition)
 
@@ -76,6 +80,8 @@ def open_log(catalog: Catalog | None, retention: Retention, topic: str, partitio
         raise TypeError(f"retention must be a Retention, got {type(retention).__name__}")
     if catalog is None:
         raise ValueError("retention needs a catalog: the epoch log's index lives there")
+    from ..log.writer import LogWriter
+
     create()
     who = f"{topic}/{partition}"
     prior = catalog.history_state(topic, partition)

@@ -18,7 +18,6 @@ import collections
 import logging
 import threading
 import time as _time
-import uuid
 from typing import Any, Iterator
 
 import zmq
@@ -133,6 +132,8 @@ class Subscriber:
         self.order, self.codec, self.partitions = order, wire.codec(codec), n
         self._events_pending: collections.deque = collections.deque()  # events() read ahead
         self._closed = False
+        import uuid  # here, not at import (see Publisher)
+
         self.id = uuid.uuid4().hex  # the same on every partition and every re-connection
         self.gaps: list[Gap] = []
         self.stats: collections.Counter = collections.Counter()
