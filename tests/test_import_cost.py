@@ -83,6 +83,7 @@ def test_a_msgpack_topic_end_to_end_never_loads_pyarrow(tmp_path):
         f"cat = Catalog({str(tmp_path / 'cat')!r})\n"
         "pub = Publisher('t', catalog=cat, retention=Retention())\n"
         "sub = Subscriber('t', catalog=cat, record_filter=Filter(where=[('x', '>', 1)]))\n"
+        "assert sub.wait_ready(30)\n"  # joined before the first epoch (a busy machine)
         "for e in range(3):\n"
         "    pub.send(e, [{'x': e}, {'x': e + 2}])\n"
         "    pub.advance_to(e + 1)\n"
