@@ -290,8 +290,9 @@ class Catalog:
         bytes of ``segment`` whole, as that segment's object — called only after the upload
         completed. Returns ``(indexed, replaced)``: ``indexed`` False if the segment was
         trimmed meanwhile, has fewer committed bytes, or an object holding as many is indexed
-        already (the caller deletes its object); ``replaced``: the name of the shorter object
-        it replaces (the caller deletes it), or ``None``. ``incarnation``: as for
+        already (the caller deletes its object unless it is that one); ``replaced``: the name
+        of the shorter object it replaces (the caller deletes it), or, not indexed, the object
+        indexed for the segment; ``None`` if none. ``incarnation``: as for
         :meth:`history_commit` (:class:`~epochstream.errors.Fenced`)."""
 
     @_operation

@@ -267,7 +267,7 @@ class HistoryTables:
                                "WHERE topic = ? AND idx = ? AND seq = ?",
                                (topic, partition, segment)).fetchone()
             if row is None or nbytes > row[2] or (row[1] is not None and row[1] >= nbytes):
-                return False, None  # trimmed meanwhile, or an object as long is indexed
+                return False, None if row is None else row[0]  # trimmed, or one as long is in
             conn.execute("UPDATE history_segments SET object = ?, object_bytes = ? WHERE "
                          "topic = ? AND idx = ? AND seq = ?",
                          (name, nbytes, topic, partition, segment))

@@ -37,7 +37,7 @@ def public_uri(uri: str) -> str:
     parts = urlsplit(uri)
     netloc = parts.netloc.rsplit("@", 1)[-1]
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                       if k not in CREDENTIAL_PARAMS])
+                       if k not in CREDENTIAL_PARAMS], safe=":/")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
@@ -114,38 +114,24 @@ class LogStore:
 
     def read_extents(self, name: str, extents, files: dict | None = None) -> list[bytes]:
         """The bytes of ``extents`` (``((offset, length), ...)``) of object ``name``, with range
-        reads (``open_input_file`` + ``read_at``); ``files``: open objects to reuse and add to
-        (the caller closes them). Raises :class:`~epochstream.errors.HistoryCorrupt` (naming
-        the object) for a missing object, one of another size than its name says
-        (:func:`object_bytes`: truncated or replaced), or a short read; ``OSError`` if the store
-        cannot be reached."""
-        where = self.where(name)
-        f = None if files is None else files.get(name)
-        if f is None:
-            try:
-                f = self.fs.open_input_file(self.path(name))
-            except FileNotFoundError:
-                raise HistoryCorrupt(f"object {where} is missing (deleted by retention while "
-                                     f"being read, or removed by hand)", path=where) from None
-            size, want = f.size(), object_bytes(name)
-            if want is not None and size != want:
-                f.close()
-                raise HistoryCorrupt(f"object {where} has {size} bytes, not the {want} it was "
-                                     f"uploaded with (truncated or replaced)", path=where)
+        reads (``open_input_file`` + ``read_at``, :data:`READAHEAD` bytes at a time: a replay
+        reads a segment's epochs in order); ``files``: open objects to reuse and add to (the
+        caller closes them: ``.close()`` of each value). Raises
+        :class:`~epochstream.errors.HistoryCorrupt` (naming the object) for a missing object,
+        one of another size than its name says (:func:`object_bytes`: truncated or replaced),
+        or a short read; ``OSError`` if the store cannot be reached."""
+        reader = None if files is None else files.get(name)
+        if reader is None:
+            reader = _ObjectReader(self, name)
             if files is not None:
-                files[name] = f
+                for old in list(files)[:-3]:  # at most 4 objects open (and buffered) at once
+                    files.pop(old).close()
+                files[name] = reader
         try:
-            out = []
-            for offset, length in extents:
-                b = f.read_at(length, offset)
-                if len(b) != length:
-                    raise HistoryCorrupt(f"object {where}: {len(b)} of {length} bytes at offset "
-                                         f"{offset}", path=where)
-                out.append(bytes(b))
-            return out
+            return [reader.read(offset, length) for offset, length in extents]
         finally:
             if files is None:
-                f.close()
+                reader.close()
 
     def delete(self, name: str) -> None:
         """Delete object ``name`` (gone already: nothing to do). Raises ``OSError``."""
@@ -162,6 +148,43 @@ class LogStore:
         sel = pafs.FileSelector(self.path(prefix), allow_not_found=True, recursive=True)
         return sum(i.size or 0 for i in self.fs.get_file_info(sel)
                    if i.type == pafs.FileType.File)
+
+
+READAHEAD = 8 << 20
+"""Bytes one range read of an object fetches at least (8 MiB): the epochs after the one asked
+for come from the same request."""
+
+
+class _ObjectReader:
+    """One object open for range reads, with the last :data:`READAHEAD` window it read."""
+
+    def __init__(self, store: LogStore, name: str):
+        self.where = store.where(name)
+        try:
+            self.f = store.fs.open_input_file(store.path(name))
+        except FileNotFoundError:
+            raise HistoryCorrupt(f"object {self.where} is missing (deleted by retention while "
+                                 f"being read, or removed by hand)", path=self.where) from None
+        self.size, want = self.f.size(), object_bytes(name)
+        if want is not None and self.size != want:
+            self.f.close()
+            raise HistoryCorrupt(f"object {self.where} has {self.size} bytes, not the {want} it "
+                                 f"was uploaded with (truncated or replaced)", path=self.where)
+        self.start, self.buf = 0, b""
+
+    def read(self, offset: int, length: int) -> bytes:
+        if not (self.start <= offset and offset + length <= self.start + len(self.buf)):
+            want = min(max(length, READAHEAD), max(0, self.size - offset))
+            self.start, self.buf = offset, self.f.read_at(want, offset) if want else b""
+        b = self.buf[offset - self.start:offset - self.start + length]
+        if len(b) != length:
+            raise HistoryCorrupt(f"object {self.where}: {len(b)} of {length} bytes at offset "
+                                 f"{offset}", path=self.where)
+        return bytes(b)
+
+    def close(self) -> None:
+        self.buf = b""
+        self.f.close()
 
 
 def object_bytes(name: str) -> int | None:

@@ -12,8 +12,9 @@ then the object).
 Faults: while the store (or the catalog) fails, the job at the head is retried with a growing
 pause (0.2 s doubling to 5 s) and one WARNING per outage; the publisher goes on serving. The
 backlog holds at most ``limit`` sealed segments: past it the oldest is dropped with a WARNING —
-it stays on local disk only (the documented choice; a publisher opening the log later uploads
-every sealed segment the index has no object for). A process killed mid-upload leaves at most
+it stays on local disk only for now (the documented choice); once the backlog drained (the
+store is back) the uploader reads the index for sealed segments without an object and queues
+them again, up to the bound, and a publisher opening the log later does the same. A process killed mid-upload leaves at most
 an unindexed object that no reader ever sees; its successor uploads under its own name.
 """
 
@@ -50,6 +51,10 @@ class Uploader:
         self._cv = threading.Condition()
         self._busy = False
         self._stop = False
+        self._behind = False  # segments were dropped past the bound: look for them again
+        #: ``() -> [(seq, path, nbytes), ...]``: the sealed segments the index has no whole
+        #: object for (set by the writer); called once the backlog drained after drops
+        self.pending = None
         self.stats = dict(uploaded=0, upload_bytes=0, dropped=0, failures=0, deleted=0)
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"epochstream-upload-{topic}/{partition}")
@@ -72,6 +77,7 @@ class Uploader:
                 victim = ups[1] if self._busy and len(ups) > 1 else ups[0]
                 self._jobs.remove(victim)
                 self.stats["dropped"] += 1
+                self._behind = True
                 log.warning("epoch log %s/%s: %d sealed segments wait for the store %s; segment "
                             "%d is kept only locally (a later publisher of the partition "
                             "uploads it)", self.topic, self.partition, len(ups), self.store.uri,
@@ -115,6 +121,9 @@ class Uploader:
         pause, failing = _PAUSE0, False
         while True:
             with self._cv:
+                if not self._jobs and self._behind and self.pending is not None:
+                    self._behind = False
+                    self._rescan()
                 while not self._jobs and not self._stop:
                     self._cv.wait()
                 if self._stop:
@@ -153,6 +162,19 @@ class Uploader:
                 self._busy = False
                 self._cv.notify_all()
 
+    def _rescan(self) -> None:
+        """(Holding the lock, the backlog empty.) Queue again, up to the bound, the sealed
+        segments dropped past it (read from the index: the store is back)."""
+        try:
+            found = self.pending()
+        except CatalogError as e:
+            log.warning("epoch log %s/%s: could not read the index for segments to upload "
+                        "(tried again after the next drop): %s", self.topic, self.partition, e)
+            return
+        for seq, path, nbytes in found[:self.limit]:
+            self._jobs.append(("up", seq, path, nbytes))
+        self._behind = len(found) > self.limit
+
     def _do(self, job: tuple) -> None:
         if job[0] == "rm":
             self.store.delete(job[1])
@@ -168,7 +190,8 @@ class Uploader:
         indexed, replaced = self.catalog.history_uploaded(self.topic, self.partition, seq, name,
                                                           nbytes, self.incarnation)
         if not indexed:
-            self.store.delete(name)
+            if replaced != name:  # (the same upload done twice: that object is the indexed one)
+                self.store.delete(name)
             return
         self.stats["uploaded"] += 1
         self.stats["upload_bytes"] += nbytes

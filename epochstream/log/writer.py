@@ -162,9 +162,18 @@ class LogWriter:
         object for (a predecessor killed mid-upload, or the store down when it closed)."""
         if self.uploader is None:
             return
-        for g in state.segments:
-            if g.seq < state.segment and g.epochs and (g.object_bytes or 0) < g.nbytes:
-                self.uploader.sealed(g.seq, str(segment_path(self.dir, g.seq)), g.nbytes)
+        self.uploader.pending = self._not_uploaded
+        for job in self._not_uploaded(state):
+            self.uploader.sealed(*job)
+
+    def _not_uploaded(self, state: HistoryState | None = None) -> list[tuple]:
+        """``[(seq, path, nbytes), ...]`` of the sealed segments with epochs that the index
+        (``state``, or read now) has no whole object for, oldest first."""
+        if state is None:
+            state = self.catalog.history_state(self.topic, self.partition)
+        return [(g.seq, str(segment_path(self.dir, g.seq)), g.nbytes)
+                for g in (state.segments if state else ())
+                if g.seq < state.segment and g.epochs and (g.object_bytes or 0) < g.nbytes]
 
     def _upload_tail(self) -> None:
         """At a close: upload the committed bytes of the segment being written (the next
