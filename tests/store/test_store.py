@@ -262,3 +262,36 @@ def test_store_down_while_segments_seal(tmp_path):
             list(range(14))
     finally:
         own.stop()
+
+
+# ---- retention ---------------------------------------------------------------------------------
+
+def test_retention_deletes_index_rows_then_objects(tmp_path):
+    """The publisher (the log's retention holder) trims: the index rows go first, then their
+    objects; the store keeps exactly the indexed objects. A reader holding index entries of
+    the deleted epochs gets HistoryUnavailable, never part of an epoch."""
+    cat = Catalog(tmp_path / "cat")
+    shared = tmp_path / "shared"
+    pub = Publisher("trim", catalog=cat, retention=Retention(
+        store=f"file://{shared}", segment_bytes=4096, max_epochs=3))
+    for t in range(4):
+        pub.send(t, [{"t": t, "i": 0, "pad": "x" * 5000}])
+        pub.advance_to(t + 1)
+    pub.flush()
+    uploader = pub._log.uploader
+    wait_until(lambda: uploader.stats["uploaded"] >= 3, what="uploads")
+    h = History("trim", catalog=cat, source="store")
+    early = h.records()
+    for t in range(4, 10):
+        pub.send(t, [{"t": t, "i": 0, "pad": "x" * 5000}])
+        pub.advance_to(t + 1)
+    pub.close(wait=True)
+    state = cat.history_state("trim", 0)
+    indexed = {g.object for g in state.segments if g.object}
+    wait_until(lambda: {str(p.relative_to(shared)) for p in shared.rglob("*.eslog")} == indexed,
+               what="only the indexed objects left in the store")
+    assert uploader.stats["deleted"] >= 6
+    assert [e.time for e in History("trim", catalog=cat, source="store").epochs()] == \
+        [7, 8, 9]
+    with pytest.raises(HistoryUnavailable, match="deleted by retention"):
+        list(h.read(early))
