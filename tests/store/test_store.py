@@ -295,3 +295,22 @@ def test_retention_deletes_index_rows_then_objects(tmp_path):
         [7, 8, 9]
     with pytest.raises(HistoryUnavailable, match="deleted by retention"):
         list(h.read(early))
+
+
+def test_history_command_shows_where_the_log_lives(tmp_path):
+    """``epochstream history`` says, per partition with a store, the log's bytes, the store's
+    bytes and objects, and the sealed segments still waiting for their upload."""
+    cat = Catalog(tmp_path / "cat")
+    store = f"file://{tmp_path / 'shared'}"
+    with Publisher("cli", catalog=cat, retention=Retention(store=store,
+                                                           segment_bytes=4096)) as pub:
+        for t in range(3):
+            pub.send(t, [{"t": t, "i": 0, "pad": "x" * 5000}])
+            pub.advance_to(t + 1)
+    pub.join(30)
+    p = subprocess.run([sys.executable, "-m", "epochstream", "history", "cli", "--catalog",
+                        str(tmp_path / "cat")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    line = next(x for x in p.stderr.splitlines() if x.startswith("partition 0:"))
+    assert f"store {store}:" in line and "in 3 object(s)" in line, line
+    assert "0 sealed segment(s) waiting" in line, line
