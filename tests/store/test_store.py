@@ -314,3 +314,21 @@ def test_history_command_shows_where_the_log_lives(tmp_path):
     line = next(x for x in p.stderr.splitlines() if x.startswith("partition 0:"))
     assert f"store {store}:" in line and "in 3 object(s)" in line, line
     assert "0 sealed segment(s) waiting" in line, line
+
+
+def test_network_catalog_and_s3_store(weed, tmp_path):
+    """Publisher and reader share only the catalog service's URL and the store: the uploads
+    are indexed through the network catalog (from the uploader's thread), and a reader in
+    another process replays with the publisher's log directory gone."""
+    from epochstream.catalog.server import CatalogServer
+
+    with CatalogServer(tmp_path / "served", "tcp://127.0.0.1:*") as srv:
+        store = weed.uri(f"net/{uuid.uuid4().hex[:8]}")
+        pub = peer("publish", srv.endpoint, "net", store, "--dir", tmp_path / "logs",
+                   "--last", 6, "--end", "close")
+        out, err = pub.communicate(timeout=60)
+        assert pub.returncode == 0 and "closed" in out, err
+        shutil.rmtree(tmp_path / "logs")
+        rc, got, text = read_in_process(srv.endpoint, "net")
+        assert rc == 0, text
+        assert got == whole(range(6)), text
