@@ -82,7 +82,7 @@ class Retention:
     max_epochs: int | None = None
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
     fsync: str = "frontier"
-    store: Any = None
+    store: Any = dataclasses.field(default=None, repr=False)  # (a URI may hold credentials)
     upload_backlog: int = DEFAULT_UPLOAD_BACKLOG
 
     def __post_init__(self) -> None:

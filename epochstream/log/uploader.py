@@ -10,7 +10,10 @@ segment was trimmed meanwhile) is deleted again; a shorter object it replaces to
 then the object).
 
 Faults: while the store (or the catalog) fails, the job at the head is retried with a growing
-pause (0.2 s doubling to 5 s) and one WARNING per outage; the publisher goes on serving. The
+pause (0.2 s doubling to 5 s) and one WARNING per outage; the publisher goes on serving. An
+index write refused as :class:`~epochstream.errors.Fenced` (another incarnation holds the
+partition) is retried the same way: a superseded publisher aborts at its next commit and stops
+its uploader; a publisher that opened its log before registering is let through once it did. The
 backlog holds at most ``limit`` sealed segments: past it the oldest is dropped with a WARNING —
 it stays on local disk only for now (the documented choice); once the backlog drained (the
 store is back) the uploader reads the index for sealed segments without an object and queues
@@ -26,7 +29,7 @@ import os
 import threading
 import time as _time
 
-from ..errors import CatalogError, Fenced
+from ..errors import CatalogError
 from .store import LogStore, object_name
 
 __all__ = ["Uploader"]
@@ -132,15 +135,8 @@ class Uploader:
                 self._busy = True
             try:
                 self._do(job)
-            except (OSError, CatalogError) as e:
-                if isinstance(e, Fenced):
-                    log.warning("epoch log %s/%s: uploads stop: %s", self.topic, self.partition, e)
-                    with self._cv:
-                        self._jobs.clear()
-                        self._busy = False
-                        self._cv.notify_all()
-                    return
-                self.stats["failures"] += 1
+            except (OSError, CatalogError) as e:  # (Fenced too: retried until the publisher,
+                self.stats["failures"] += 1     # refused at its next commit, closes this)
                 if not failing:
                     log.warning("epoch log %s/%s: the store %s failed (retried every %g s at "
                                 "most until it answers): %s", self.topic, self.partition,

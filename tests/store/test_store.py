@@ -332,3 +332,17 @@ def test_network_catalog_and_s3_store(weed, tmp_path):
         rc, got, text = read_in_process(srv.endpoint, "net")
         assert rc == 0, text
         assert got == whole(range(6)), text
+
+
+def test_names_and_uris():
+    """Object names hold their size and are never reused across incarnations or lengths;
+    the catalog's URI carries no credentials."""
+    from epochstream.log.store import object_bytes, object_name, public_uri
+
+    a = object_name("a b/c", 2, 7, "inc1", 6072)
+    assert a == "a%20b%2Fc/2/0000000007-inc1-6072.eslog" and object_bytes(a) == 6072
+    assert len({a, object_name("a b/c", 2, 7, "inc2", 6072),
+                object_name("a b/c", 2, 7, "inc1", 9000)}) == 3
+    assert public_uri("s3://KEY:SECRET@bucket/p?endpoint_override=h:9&scheme=http") == \
+        "s3://bucket/p?endpoint_override=h:9&scheme=http"
+    assert "SECRET" not in repr(Retention(store="s3://KEY:SECRET@bucket/p"))
