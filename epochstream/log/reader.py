@@ -284,7 +284,7 @@ class History:
                     if (r.partition, t) in stored:
                         got = self._read_store(states[r.partition], r, files)
                     elif r.partition not in streams:
-                        got = self._read_disk(where[r.partition][1], r)
+                        got = self._read_local(where[r.partition][1], states, r, files)
                     else:
                         got = next(streams[r.partition])[1]
                         if len(got) != r.messages:
@@ -339,6 +339,17 @@ class History:
                                                     timeout=self.timeout, security=self.security,
                                                     server_key=key)
         return r
+
+    def _read_local(self, directory: str, states, r: EpochRecord, files: dict) -> list[bytes]:
+        """``r``'s payloads from the segment file; if the file is missing or fails its checks
+        and the epoch is in the log's object store too (``source`` not ``"disk"``), from there."""
+        try:
+            return self._read_disk(directory, r)
+        except HistoryCorrupt:
+            state = states.get(r.partition)
+            if r.object is None or state is None or self.source == "disk":
+                raise
+            return self._read_store(state, r, files)
 
     def _read_disk(self, directory: str, r: EpochRecord) -> list[bytes]:
         try:

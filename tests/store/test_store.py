@@ -346,3 +346,25 @@ def test_names_and_uris():
     assert public_uri("s3://KEY:SECRET@bucket/p?endpoint_override=h:9&scheme=http") == \
         "s3://bucket/p?endpoint_override=h:9&scheme=http"
     assert "SECRET" not in repr(Retention(store="s3://KEY:SECRET@bucket/p"))
+
+
+def test_a_damaged_local_segment_is_read_from_the_store(tmp_path):
+    """Reading the local files (the log's own host), an epoch whose segment file is gone or
+    damaged comes from its object instead, checked the same way; with source="disk" it is
+    HistoryCorrupt as without a store."""
+    cat = Catalog(tmp_path / "cat")
+    pub = Publisher("both", catalog=cat, retention=Retention(
+        store=f"file://{tmp_path / 'shared'}", segment_bytes=4096))
+    for t in range(4):
+        pub.send(t, [{"t": t, "i": 0, "pad": "x" * 5000}])
+        pub.advance_to(t + 1)
+    pub.close(wait=True)
+    state = cat.history_state("both", 0)
+    files = sorted(Path(state.dir).glob("*.eslog"))
+    files[0].unlink()
+    data = bytearray(files[1].read_bytes())
+    data[100] ^= 0x01
+    files[1].write_bytes(bytes(data))
+    assert [e.time for e in History("both", catalog=cat).epochs()] == [0, 1, 2, 3]
+    with pytest.raises(HistoryCorrupt, match="missing"):
+        list(History("both", catalog=cat, source="disk").epochs())
