@@ -140,6 +140,20 @@ class LogStore:
         except FileNotFoundError:
             pass
 
+    def delete_segments(self, topic: str, partition: int) -> tuple[int, int]:
+        """Delete every segment object (``*.eslog``) of ``partition`` of ``topic``, indexed or
+        not (a dropped topic); returns ``(objects, bytes)``. Raises ``OSError``."""
+        import pyarrow.fs as pafs
+
+        prefix = self.path(f"{quote(topic, safe='')}/{int(partition)}")
+        sel = pafs.FileSelector(prefix, allow_not_found=True, recursive=True)
+        n = nbytes = 0
+        for i in self.fs.get_file_info(sel):
+            if i.type == pafs.FileType.File and i.path.endswith(".eslog"):
+                self.fs.delete_file(i.path)
+                n, nbytes = n + 1, nbytes + (i.size or 0)
+        return n, nbytes
+
     def nbytes(self, prefix: str) -> int:
         """Total bytes of the objects under ``prefix`` (e.g. a partition's
         ``<topic>/<partition>``). Raises ``OSError``."""

@@ -368,3 +368,24 @@ def test_a_damaged_local_segment_is_read_from_the_store(tmp_path):
     assert [e.time for e in History("both", catalog=cat).epochs()] == [0, 1, 2, 3]
     with pytest.raises(HistoryCorrupt, match="missing"):
         list(History("both", catalog=cat, source="disk").epochs())
+
+
+def test_drop_deletes_the_objects_too(weed, tmp_path):
+    """``epochstream drop`` deletes a topic's segment objects from its store, besides the
+    local segment files."""
+    cat = Catalog(tmp_path / "cat")
+    prefix = f"drop/{uuid.uuid4().hex[:8]}"
+    with Publisher("gone", catalog=cat, retention=Retention(store=weed.uri(prefix),
+                                                            segment_bytes=4096)) as pub:
+        for t in range(3):
+            pub.send(t, [{"t": t, "i": 0, "pad": "x" * 5000}])
+            pub.advance_to(t + 1)
+    pub.join(30)
+    fs, root = pafs.FileSystem.from_uri(weed.uri(prefix))
+    listed = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+    assert sum(i.path.endswith(".eslog") for i in fs.get_file_info(listed)) == 3
+    p = subprocess.run([sys.executable, "-m", "epochstream", "drop", "gone", "--catalog",
+                        str(tmp_path / "cat")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "deleted 3 object(s)" in p.stdout, p.stdout
+    assert not any(i.path.endswith(".eslog") for i in fs.get_file_info(listed))
