@@ -279,9 +279,11 @@ class Catalog:
                       upper: Any, store: str | None = None) -> HistoryState:
         """Start the log of ``partition`` of ``topic`` in ``directory`` if it has none (since =
         ``lower``, segment 0) and return its :class:`HistoryState`. An existing log is returned
-        unchanged; raises :class:`CatalogError` if it lives in another directory. ``store``: the
-        URI (no credentials) of the object store its sealed segments go to, recorded for
-        readers; refused with :class:`CatalogError` if segments are in another store already."""
+        unchanged; raises :class:`CatalogError` if it lives in another directory — unless
+        ``store`` is the store it records: then the log moves to ``directory`` (a publisher on
+        another host; its segments come from the store). ``store``: the URI (no credentials)
+        of the object store its sealed segments go to, recorded for readers; refused with
+        :class:`CatalogError` if segments are in another store already."""
 
     @_operation
     def history_uploaded(self, topic: str, partition: int, segment: int, name: str,

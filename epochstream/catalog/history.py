@@ -242,10 +242,15 @@ class HistoryTables:
                 conn.execute("INSERT INTO history_segments (topic, idx, seq, since, created_at) "
                              "VALUES (?, ?, 0, ?, ?)", (topic, partition, low, now))
                 state = self._history_state(conn, topic, partition)
-            elif os.path.abspath(state.dir) != directory:
+            elif os.path.abspath(state.dir) != directory and (store is None
+                                                              or store != state.store):
                 raise CatalogError(
                     f"partition {partition} of topic {topic!r} keeps its log in {state.dir}, "
                     f"not {directory}; use the same Retention(dir=...) (or drop the topic)")
+            elif os.path.abspath(state.dir) != directory:  # the same store: the log moves
+                conn.execute("UPDATE history_partitions SET dir = ? WHERE topic = ? AND idx = ?",
+                             (directory, topic, partition))
+                state = self._history_state(conn, topic, partition)
             elif store is not None and state.store != store:
                 if state.store is not None and any(g.object for g in state.segments):
                     raise CatalogError(

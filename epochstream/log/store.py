@@ -112,6 +112,24 @@ class LogStore:
             raise OSError(f"object {self.where(name)} has {size} bytes once written, not "
                           f"{nbytes}")
 
+    def download(self, name: str, nbytes: int, local_path: str | os.PathLike) -> None:
+        """Write the first ``nbytes`` bytes of object ``name`` to the file ``local_path``
+        (through a temporary file beside it, renamed once whole). Raises ``OSError``, or
+        :class:`~epochstream.errors.HistoryCorrupt` if the object holds fewer bytes."""
+        tmp = f"{local_path}.part"
+        left = nbytes
+        with self.fs.open_input_stream(self.path(name)) as src, open(tmp, "wb") as out:
+            while left > 0:
+                b = src.read(min(_CHUNK, left))
+                if not b:
+                    raise HistoryCorrupt(f"object {self.where(name)} holds fewer than {nbytes} "
+                                         f"bytes", path=self.where(name))
+                out.write(b)
+                left -= len(b)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, local_path)
+
     def read_extents(self, name: str, extents, files: dict | None = None) -> list[bytes]:
         """The bytes of ``extents`` (``((offset, length), ...)``) of object ``name``, with range
         reads (``open_input_file`` + ``read_at``, :data:`READAHEAD` bytes at a time: a replay

@@ -109,8 +109,7 @@ class LogWriter:
                             "crash)", self.topic, self.partition, size - state.committed, path,
                             list(state.lower))
             elif size < state.committed:
-                raise HistoryCorrupt(f"segment {path} has {size} bytes but the index covers "
-                                     f"{state.committed}: the log was damaged", path=str(path))
+                self._fetch(path, size, state)
             self._file = open(path, "ab")
             self._file.truncate(state.committed)
             self._file.seek(state.committed)
@@ -138,6 +137,21 @@ class LogWriter:
             self._oldest = last.last_completed  # (its newest: the segment closes no earlier)
         self._apply_retention(_time.time())  # a log reopened after a while: limits apply now
         return state
+
+    def _fetch(self, path: Path, size: int, state: HistoryState) -> None:
+        """The segment being written has fewer bytes here than the index covers (a publisher
+        on another host, or a lost disk): take them from its object in the store, else raise
+        :class:`~epochstream.errors.HistoryCorrupt`."""
+        seg = next((g for g in state.segments if g.seq == state.segment), None)
+        if self.uploader is None or seg is None or not seg.object \
+                or (seg.object_bytes or 0) < state.committed:
+            raise HistoryCorrupt(f"segment {path} has {size} bytes but the index covers "
+                                 f"{state.committed}, and no object store holds them: the log "
+                                 f"was damaged", path=str(path))
+        log.info("epoch log %s/%s: taking %d bytes of segment %d from %s", self.topic,
+                 self.partition, state.committed, state.segment,
+                 self.uploader.store.where(seg.object))
+        self.uploader.store.download(seg.object, state.committed, path)
 
     def close(self, uploads: bool = False) -> None:
         """Close the segment file (uncommitted records stay, to be truncated on recovery).

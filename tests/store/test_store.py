@@ -389,3 +389,22 @@ def test_drop_deletes_the_objects_too(weed, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "deleted 3 object(s)" in p.stdout, p.stdout
     assert not any(i.path.endswith(".eslog") for i in fs.get_file_info(listed))
+
+
+def test_a_publisher_elsewhere_continues_the_log_from_the_store(weed, tmp_path):
+    """The publisher's host is gone (its log directory deleted) after it closed: a publisher
+    with another log directory (another host) and the same store continues the log — the
+    segment being written is taken from the store — and a reader elsewhere gets every epoch
+    of both, whole, in order."""
+    cat, store = tmp_path / "cat", weed.uri(f"move/{uuid.uuid4().hex[:8]}")
+    for first, last, logs in ((0, 5, "host-a"), (5, 9, "host-b")):
+        pub = peer("publish", cat, "moved", store, "--dir", tmp_path / logs, "--first", first,
+                   "--last", last, "--pad", 1000, "--end", "close")
+        out, err = pub.communicate(timeout=60)
+        assert pub.returncode == 0 and "closed" in out, err
+        shutil.rmtree(tmp_path / "host-a", ignore_errors=True)
+    assert Path(Catalog(cat).history_state("moved", 0).dir).is_relative_to(tmp_path / "host-b")
+    shutil.rmtree(tmp_path / "host-b")
+    rc, got, text = read_in_process(cat, "moved")
+    assert rc == 0, text
+    assert got == whole(range(9)), text
