@@ -11,8 +11,9 @@ process (tests/store/test_store.py).
         (default): prints "hanging" and sleeps (to be killed); ``close``: close(wait=True),
         prints "closed".
     python tests/store/store_peer.py read CATALOG TOPIC [--source S] [--subscribe]
+        [--durable NAME]
         History(TOPIC, catalog=CATALOG).epochs() (``--subscribe``: Subscriber(start=0)
-        instead), printing "epoch <t> <json [i...]> <ok>" per epoch (ok: every record is of
+        instead; ``--durable``: a durable Subscriber from "earliest", acking each epoch), printing "epoch <t> <json [i...]> <ok>" per epoch (ok: every record is of
         epoch t, with its pad whole) and "done"; HistoryCorrupt prints "HistoryCorrupt <message>"
         and exits 3, HistoryUnavailable "HistoryUnavailable <message>" and exits 2.
 """
@@ -62,7 +63,14 @@ def publish(a) -> None:
 
 def read(a) -> None:
     try:
-        if a.subscribe:
+        if a.durable:
+            epochs = []
+            with Subscriber(a.topic, catalog=a.catalog, durable=a.durable,
+                            start="earliest") as sub:
+                for e in sub.epochs():
+                    epochs.append(e)
+                    sub.ack(e)
+        elif a.subscribe:
             with Subscriber(a.topic, catalog=a.catalog, start=0) as sub:
                 epochs = list(sub.epochs())
         else:
@@ -100,6 +108,7 @@ def main() -> None:
     pr.add_argument("topic")
     pr.add_argument("--source", default=None)
     pr.add_argument("--subscribe", action="store_true")
+    pr.add_argument("--durable", default=None)
     a = p.parse_args()
     publish(a) if a.cmd == "publish" else read(a)
 

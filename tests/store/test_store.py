@@ -92,7 +92,8 @@ def test_bad_store_fails_at_construction(weed, tmp_path):
 def test_reader_elsewhere_replays_after_publisher_killed(weed, tmp_path, catalog_location):
     """The publisher is killed -9 once its sealed segments are uploaded, and its log directory
     deleted: a reader in another process, with the catalog alone (the store's URI is in it),
-    replays every epoch whole, once, in order — on SQLite and on PostgreSQL."""
+    replays every epoch whole, once, in order — on SQLite and on PostgreSQL. (A Subscriber
+    refuses a topic whose publisher is dead, store or not: PublisherLost.)"""
     topic = f"k9-{uuid.uuid4().hex[:6]}"
     store = weed.uri(f"k9/{uuid.uuid4().hex[:8]}")
     pub = peer("publish", catalog_location, topic, store, "--dir", tmp_path / "logs",
@@ -111,8 +112,9 @@ def test_reader_elsewhere_replays_after_publisher_killed(weed, tmp_path, catalog
 
 def test_file_store_shared_by_two_processes(tmp_path):
     """``file://`` on a directory both processes see: a closed publisher's epochs (all of
-    them: the segment being written is uploaded at close) read by another process, by History
-    and by a Subscriber's catch-up, with the publisher's log directory gone."""
+    them: the segment being written is uploaded at close) read by another process, by History,
+    by a Subscriber's catch-up and by a durable subscriber, with the publisher's log directory
+    gone."""
     cat = tmp_path / "cat"
     store = f"file://{tmp_path / 'shared'}"
     pub = peer("publish", cat, "shared", store, "--dir", tmp_path / "logs", "--last", 7,
@@ -120,10 +122,11 @@ def test_file_store_shared_by_two_processes(tmp_path):
     out, err = pub.communicate(timeout=60)
     assert pub.returncode == 0 and "closed" in out, err
     shutil.rmtree(tmp_path / "logs")
-    for args in ((), ("--subscribe",)):
+    for args in ((), ("--subscribe",), ("--durable", "billing")):
         rc, got, text = read_in_process(cat, "shared", *args)
         assert rc == 0, text
         assert got == whole(range(7)), text
+    assert Catalog(cat).durable("shared", "billing").position == (7,)
 
 
 # ---- faults ------------------------------------------------------------------------------------
