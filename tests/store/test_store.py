@@ -411,3 +411,24 @@ def test_a_publisher_elsewhere_continues_the_log_from_the_store(weed, tmp_path):
     rc, got, text = read_in_process(cat, "moved")
     assert rc == 0, text
     assert got == whole(range(9)), text
+
+
+def test_a_consumer_group_reads_sealed_epochs_from_the_store(tmp_path):
+    """A consumer group leases and reads epochs of a closed topic whose log directory is gone:
+    every epoch whole, from the store."""
+    from epochstream import EpochGroup
+
+    cat = Catalog(tmp_path / "cat")
+    pub = Publisher("jobs", catalog=cat, retention=Retention(
+        store=f"file://{tmp_path / 'shared'}", segment_bytes=4096))
+    for t in range(5):
+        pub.send(t, [{"t": t, "i": i, "pad": "x" * 1000} for i in range(3)])
+        pub.advance_to(t + 1)
+    pub.close(wait=True)
+    shutil.rmtree(cat.history_state("jobs", 0).dir)
+    group = EpochGroup("jobs", "workers", catalog=cat, worker="a")
+    got = []
+    for lease in group.leases(expires=0.5):
+        got.append((lease.epoch.time, [r["i"] for r in lease.epoch.records]))
+        lease.ack()
+    assert got == [(t, [0, 1, 2]) for t in range(5)]
