@@ -29,7 +29,7 @@ import os
 import threading
 import time as _time
 
-from ..errors import CatalogError
+from ..errors import CatalogError, Fenced
 from .store import LogStore, object_name
 
 __all__ = ["Uploader"]
@@ -55,6 +55,7 @@ class Uploader:
         self._busy = False
         self._stop = False
         self._behind = False  # segments were dropped past the bound: look for them again
+        self._fenced = False  # the last attempt was refused: another incarnation holds it
         #: ``() -> [(seq, path, nbytes), ...]``: the sealed segments the index has no whole
         #: object for (set by the writer); called once the backlog drained after drops
         self.pending = None
@@ -94,12 +95,13 @@ class Uploader:
             self._cv.notify()
 
     def drain(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for every job handed over so far; True if done."""
+        """Wait up to ``timeout`` seconds for every job handed over so far; True if done
+        (False at once once an index write was refused as ``Fenced``)."""
         deadline = _time.monotonic() + timeout
         with self._cv:
             while self._jobs or self._busy:
                 left = deadline - _time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._fenced:  # (a superseded publisher: nothing to wait for)
                     return False
                 self._cv.wait(min(left, 0.1))
         return True
@@ -137,6 +139,7 @@ class Uploader:
                 self._do(job)
             except (OSError, CatalogError) as e:  # (Fenced too: retried until the publisher,
                 self.stats["failures"] += 1     # refused at its next commit, closes this)
+                self._fenced = isinstance(e, Fenced)
                 if not failing:
                     log.warning("epoch log %s/%s: the store %s failed (retried every %g s at "
                                 "most until it answers): %s", self.topic, self.partition,
@@ -151,7 +154,7 @@ class Uploader:
             if failing:
                 log.warning("epoch log %s/%s: the store %s answers again", self.topic,
                             self.partition, self.store.uri)
-            pause, failing = _PAUSE0, False
+            pause, failing, self._fenced = _PAUSE0, False, False
             with self._cv:
                 if self._jobs and self._jobs[0] is job:
                     self._jobs.popleft()
