@@ -311,7 +311,7 @@ class History:
                 raise HistoryUnavailable(f"topic {self.topic!r}: partition {p} keeps no epoch log")
             host = getattr(pinfo, "host", None)
             local = host in (None, HOST) and os.path.isdir(state.dir)
-            if self.source == "disk" or (self.source == "auto" and local):
+            if self.source == "disk" or (self.source in ("auto", "store") and local):
                 out[p] = ("disk", state.dir)
             elif pinfo is not None and pinfo.state == "live":
                 out[p] = ("publisher", pinfo.endpoint)

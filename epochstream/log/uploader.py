@@ -126,9 +126,11 @@ class Uploader:
         pause, failing = _PAUSE0, False
         while True:
             with self._cv:
-                if not self._jobs and self._behind and self.pending is not None:
-                    self._behind = False
-                    self._rescan()
+                rescan = not self._jobs and self._behind and self.pending is not None
+                self._behind = self._behind and not rescan
+            if rescan:
+                self._rescan()  # (a catalog read: never under the lock sealed() takes)
+            with self._cv:
                 while not self._jobs and not self._stop:
                     self._cv.wait()
                 if self._stop:
@@ -162,17 +164,21 @@ class Uploader:
                 self._cv.notify_all()
 
     def _rescan(self) -> None:
-        """(Holding the lock, the backlog empty.) Queue again, up to the bound, the sealed
-        segments dropped past it (read from the index: the store is back)."""
+        """(The backlog was empty.) Queue again, up to the bound, the sealed segments dropped
+        past it (read from the index, without the lock: the store is back)."""
         try:
             found = self.pending()
         except CatalogError as e:
             log.warning("epoch log %s/%s: could not read the index for segments to upload "
                         "(tried again after the next drop): %s", self.topic, self.partition, e)
             return
-        for seq, path, nbytes in found[:self.limit]:
-            self._jobs.append(("up", seq, path, nbytes))
-        self._behind = len(found) > self.limit
+        with self._cv:
+            queued = {j[1] for j in self._jobs if j[0] == "up"}
+            room = self.limit - len(queued)
+            again = [f for f in found if f[0] not in queued]
+            for seq, path, nbytes in again[:max(0, room)]:
+                self._jobs.append(("up", seq, path, nbytes))
+            self._behind = self._behind or len(again) > room
 
     def _do(self, job: tuple) -> None:
         if job[0] == "rm":
