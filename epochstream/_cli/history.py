@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..catalog import Catalog
+from ..catalog.history import HistoryState
 from ..errors import EpochstreamError, HistoryUnavailable
 from ..log.reader import History
 from .catalogs import open_existing_catalog
@@ -136,7 +137,7 @@ def print_history(cat: Catalog, topic: str, since: Optional[str], until: Optiona
                   f"{fmt_bytes(totals.bytes)}", soft_wrap=True)
 
 
-def where_lines(states: dict) -> list[str]:
+def where_lines(states: dict[int, HistoryState]) -> list[str]:
     """One line per partition whose log also goes to an object store (``states``:
     ``{partition: HistoryState}``): the bytes of its retained segments (the publisher's
     disk), those in the store (objects indexed), and the sealed segments not in it yet (the
