@@ -28,6 +28,7 @@ in every partition's log and retained by every partition, so it is whole or not 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time as _time
@@ -47,6 +48,8 @@ from .remote import DEFAULT_TIMEOUT, RemoteLog
 from .store import LogStore, open_store
 
 __all__ = ["History", "SOURCES"]
+
+log = logging.getLogger("epochstream.history")
 
 SOURCES = ("auto", "disk", "publisher", "store")
 """Where :class:`History` reads epochs' bytes from (see the module docstring)."""
@@ -79,7 +82,9 @@ class History:
     ``pyarrow.fs.FileSystem``), instead of the one each log recorded in the catalog (needed for
     logs whose publisher was given a FileSystem object). The stores this reader will need are
     opened and probed here: a URI pyarrow cannot open raises ``ValueError``, a missing bucket,
-    wrong credentials or an unreachable store :class:`HistoryUnavailable`, one line each."""
+    wrong credentials or an unreachable store :class:`HistoryUnavailable`, one line each —
+    except a recorded store of a partition whose files are here or whose publisher is live:
+    then a WARNING, and its epochs are read from those instead."""
 
     def __init__(self, topic: str, catalog=None, *, source: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT, security=None, store=None):
@@ -105,6 +110,7 @@ class History:
         #: catalog no longer lists as live (its publisher closed, and may still linger)
         self.endpoints: dict[int, str] = {}
         self._stores: dict[str, LogStore] = {}  # by recorded URI, opened once
+        self._broken: set[str] = set()  # recorded URIs that failed their probe (not read)
         self._given = None if store is None else open_store(store, write=False)
         self._probe_stores(info)
 
@@ -115,9 +121,18 @@ class History:
             return
         pinfo = {p.index: p for p in info.partition_info}
         for p, state in self.states().items():
-            if state.store is not None and any(g.object for g in state.segments) and \
-                    (self.source == "store" or not self._local(state, pinfo.get(p))):
-                self._log_store(state.store)
+            if state.store is not None and state.store not in self._broken \
+                    and any(g.object for g in state.segments) \
+                    and (self.source == "store" or not self._local(state, pinfo.get(p))):
+                try:
+                    self._log_store(state.store)
+                except (HistoryUnavailable, ValueError) as e:
+                    live = getattr(pinfo.get(p), "state", None) == "live"
+                    if not live and not self._local(state, pinfo.get(p)):
+                        raise
+                    log.warning("topic %r: %s; its partitions' epochs are read from their "
+                                "files or live publishers instead", self.topic, e)
+                    self._broken.add(state.store)
 
     def _log_store(self, uri: str | None) -> LogStore:
         """The opened store of a log whose catalog row records ``uri``."""
@@ -140,7 +155,8 @@ class History:
 
     def _use_store(self, r: EpochRecord, state: HistoryState | None, pinfo) -> bool:
         """Whether epoch record ``r`` is read from the object store (``source``)."""
-        if r.object is None or state is None or self.source in ("disk", "publisher"):
+        if r.object is None or state is None or self.source in ("disk", "publisher") \
+                or state.store in self._broken:
             return False
         return self.source == "store" or not self._local(state, pinfo)
 

@@ -432,3 +432,30 @@ def test_a_consumer_group_reads_sealed_epochs_from_the_store(tmp_path):
         got.append((lease.epoch.time, [r["i"] for r in lease.epoch.records]))
         lease.ack()
     assert got == [(t, [0, 1, 2]) for t in range(5)]
+
+
+def test_a_reader_falls_back_while_the_store_is_down(tmp_path, caplog, monkeypatch):
+    """The store is down when a reader is constructed: a partition whose publisher is live (or
+    whose files are here) is read from there, with a WARNING, instead of failing (a store the
+    reader cannot fall back from fails at construction: test_bad_store_fails_at_construction).
+    About 6 s: pyarrow's S3 client retries the probe."""
+    own = WeedS3(tmp_path / "weed")
+    own.start()
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(k, own.env()[k])
+    cat = Catalog(tmp_path / "cat")
+    try:
+        pub = Publisher("fb", catalog=cat, retention=Retention(store=own.uri("fallback"),
+                                                               segment_bytes=4096))
+        for t in range(4):
+            pub.send(t, [{"t": t, "i": 0, "pad": "x" * 5000}])
+            pub.advance_to(t + 1)
+        pub.flush()
+        wait_until(lambda: pub._log.uploader.stats["uploaded"] == 4, what="uploads")
+        own.stop()
+        h = History("fb", catalog=cat, source="store")
+        assert [e.time for e in h.epochs()] == [0, 1, 2, 3]
+        assert "read from their files or live publishers instead" in caplog.text
+        pub.abort("the test ends", linger=0)  # (close would wait for its tail's upload)
+    finally:
+        own.stop()
