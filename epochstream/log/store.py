@@ -172,15 +172,6 @@ class LogStore:
                 n, nbytes = n + 1, nbytes + (i.size or 0)
         return n, nbytes
 
-    def nbytes(self, prefix: str) -> int:
-        """Total bytes of the objects under ``prefix`` (e.g. a partition's
-        ``<topic>/<partition>``). Raises ``OSError``."""
-        import pyarrow.fs as pafs
-
-        sel = pafs.FileSelector(self.path(prefix), allow_not_found=True, recursive=True)
-        return sum(i.size or 0 for i in self.fs.get_file_info(sel)
-                   if i.type == pafs.FileType.File)
-
 
 READAHEAD = 8 << 20
 """Bytes one range read of an object fetches at least (8 MiB): the epochs after the one asked
