@@ -73,7 +73,7 @@ class Uploader:
     def sealed(self, seq: int, path: str, nbytes: int) -> None:
         """Upload the first ``nbytes`` bytes of segment ``seq`` (the file ``path``, whose bytes
         up to ``nbytes`` never change again). Never blocks; past the bound the oldest waiting
-        segment is dropped (kept only locally), with a WARNING."""
+        segment is dropped (kept only locally until the backlog drained), with a WARNING."""
         with self._cv:
             self._jobs.append(("up", seq, str(path), nbytes))
             ups = [j for j in self._jobs if j[0] == "up"]
@@ -83,9 +83,9 @@ class Uploader:
                 self.stats["dropped"] += 1
                 self._behind = True
                 log.warning("epoch log %s/%s: %d sealed segments wait for the store %s; segment "
-                            "%d is kept only locally (a later publisher of the partition "
-                            "uploads it)", self.topic, self.partition, len(ups), self.store.uri,
-                            victim[1])
+                            "%d is kept only locally for now (found again in the index and "
+                            "uploaded once the backlog drained)", self.topic, self.partition,
+                            len(ups), self.store.uri, victim[1])
             self._cv.notify()
 
     def delete(self, names) -> None:
