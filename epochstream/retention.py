@@ -17,11 +17,11 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 __all__ = ["Retention", "SegmentStat", "segments_to_delete", "segment_aged", "check_interval",
            "FSYNC_POLICIES", "DEFAULT_MAX_AGE", "DEFAULT_MAX_BYTES", "DEFAULT_SEGMENT_BYTES",
-           "MAX_CHECK_INTERVAL"]
+           "MAX_CHECK_INTERVAL", "DEFAULT_UPLOAD_BACKLOG"]
 
 FSYNC_POLICIES = ("frontier", "none", "every")
 DEFAULT_MAX_BYTES = 1 << 30
@@ -32,6 +32,8 @@ MAX_CHECK_INTERVAL = 60.0
 """Longest time, seconds, between two age checks of an idle log (:func:`check_interval`)."""
 DEFAULT_SEGMENT_BYTES = 64 << 20
 """64 MiB."""
+DEFAULT_UPLOAD_BACKLOG = 64
+"""Sealed segments waiting for their upload to the store, at most (``Retention.upload_backlog``)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,14 @@ class Retention:
       epoch is announced complete only once it is on disk), ``"none"`` (written to the OS, no
       ``fsync``: survives a crash of the process, not of the machine), ``"every"`` (an ``fsync``
       after every data message too).
+    - ``store``: an object store for the log's *sealed* segments (docs/history.md, "Object
+      stores"): a URI ``pyarrow.fs.FileSystem.from_uri`` opens (``"s3://bucket/prefix"``, with
+      ``?endpoint_override=host:port&scheme=http`` for a local S3; ``"file:///shared/dir"``),
+      or a ``pyarrow.fs.FileSystem``; ``None`` (default): the log stays on local disk only.
+      Checked here for its type only; the publisher opens and probes it at construction.
+    - ``upload_backlog``: sealed segments waiting for their upload, at most (default 64);
+      past it the oldest waiting one is kept only locally, with a WARNING (a publisher that
+      opens the log later uploads it).
 
     Retention is **off by default** (``retention=None``): Strymon's publishers are stateless by
     design, and logging costs disk space and an ``fsync`` per frontier advance, so a user turns
@@ -62,7 +72,8 @@ class Retention:
     creates a JetStream stream). The limits bound the log whatever durable subscriptions hold.
 
     Raises ``ValueError`` for a limit that is not a positive number (or ``None``), a
-    ``segment_bytes`` below 4 KiB or an unknown ``fsync`` policy.
+    ``segment_bytes`` below 4 KiB, an unknown ``fsync`` policy, a ``store`` that is neither a
+    URI (``scheme://...``) nor a filesystem, or an ``upload_backlog`` below 1.
     """
 
     dir: str | os.PathLike | None = None
@@ -71,6 +82,8 @@ class Retention:
     max_epochs: int | None = None
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
     fsync: str = "frontier"
+    store: Any = dataclasses.field(default=None, repr=False)  # (a URI may hold credentials)
+    upload_backlog: int = DEFAULT_UPLOAD_BACKLOG
 
     def __post_init__(self) -> None:
         for name in ("max_bytes", "max_epochs"):
@@ -88,6 +101,14 @@ class Retention:
             raise ValueError(f"Retention.fsync must be one of {FSYNC_POLICIES}, got {self.fsync!r}")
         if self.dir is not None and not isinstance(self.dir, (str, os.PathLike)):
             raise ValueError(f"Retention.dir must be a path or None, got {self.dir!r}")
+        v = self.store
+        if v is not None and not (isinstance(v, str) and "://" in v) \
+                and not (hasattr(v, "open_input_file") and hasattr(v, "type_name")):
+            raise ValueError(f"Retention.store must be a URI like 's3://bucket/prefix' or "
+                             f"'file:///dir', a pyarrow.fs.FileSystem, or None; got {v!r}")
+        v = self.upload_backlog
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"Retention.upload_backlog must be an int >= 1, got {v!r}")
 
     def replace(self, **changes) -> "Retention":
         """A copy with ``changes`` applied (validated again)."""
@@ -99,12 +120,15 @@ class SegmentStat:
     """What the policy needs to know of one segment: ``seq`` (its number, increasing),
     ``nbytes`` (file size, bytes), ``epochs`` (complete epochs indexed in it) and
     ``last_completed`` (``time.time()`` when its newest epoch completed, seconds; ``None`` if
-    it holds none yet)."""
+    it holds none yet); ``object``/``object_bytes``: the object in the log's store holding the
+    segment's first ``object_bytes`` bytes, or ``None`` (not uploaded)."""
 
     seq: int
     nbytes: int
     epochs: int
     last_completed: float | None
+    object: str | None = None
+    object_bytes: int | None = None
 
 
 def segments_to_delete(segments: Sequence[SegmentStat], retention: Retention,

@@ -1,5 +1,6 @@
 """``epochstream drop TOPIC``: delete a topic — its rows in the catalog (partitions, durable
-subscriptions, consumer groups) and the segment files of its epoch logs."""
+subscriptions, consumer groups), the segment files of its epoch logs and their objects in an
+object store (``Retention(store=...)``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import typer
 
 from ..catalog.history_records import HistoryState
+from ..errors import EpochstreamError
 from .catalogs import open_existing_catalog
 from .errors import exit_on_errors
 from .formats import fmt_bytes
@@ -17,7 +19,7 @@ from .lookup import publishers
 from .output import EXIT_ERROR, err, escape, fail, out
 from .params import CatalogToChange, Topic
 
-__all__ = ["commands", "drop", "DeletedLog", "delete_logs"]
+__all__ = ["commands", "drop", "DeletedLog", "delete_logs", "delete_objects"]
 
 DROP_STATUS_HELP = (
     "Exit status:\n\n\b\n"
@@ -32,7 +34,8 @@ commands = typer.Typer()
 
 @commands.command(short_help="Delete a topic from the catalog.",
                   help="Delete TOPIC, its partitions, durable subscriptions and consumer groups "
-                       "from the catalog, and the segment files of its epoch logs from disk. A "
+                       "from the catalog, the segment files of its epoch logs from disk and their "
+                       "objects from an object store (Retention(store=...)). A "
                        "topic with a live publisher is refused (status 1) unless --force is "
                        "given.",
                   epilog=DROP_STATUS_HELP)
@@ -74,6 +77,30 @@ def drop(
         if d.kept:
             err().print(escape(f"kept {d.dir}: it holds files that are not segments "
                                f"({', '.join(d.kept)})"), soft_wrap=True)
+    for line in delete_objects(topic, logs):
+        console.print(escape(line), soft_wrap=True)
+
+
+def delete_objects(topic: str, states: dict[int, HistoryState]) -> list[str]:
+    """Delete the segment objects of each partition log in ``states`` whose store the catalog
+    recorded as a URI (read before the topic was dropped); one line per partition saying what
+    went. A store that cannot be opened or written: a line on stderr naming what is left."""
+    from ..log.store import open_store  # pyarrow.fs: only when a store is involved
+
+    lines = []
+    for p, state in sorted(states.items()):
+        if state.store is None or state.store.startswith("fs:"):
+            continue
+        try:
+            n, nbytes = open_store(state.store, write=False).delete_segments(topic, p)
+        except (OSError, ValueError, EpochstreamError) as e:
+            err().print(escape(f"could not delete the objects of partition {p} in "
+                               f"{state.store}: {' '.join(str(e).split())[:300]}"),
+                        soft_wrap=True)
+            continue
+        lines.append(f"deleted {n} object(s) ({fmt_bytes(nbytes)}) of partition {p} from "
+                     f"{state.store}")
+    return lines
 
 
 @dataclass(frozen=True)

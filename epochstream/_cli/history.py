@@ -9,6 +9,7 @@ from typing import Any, Optional
 import typer
 
 from ..catalog import Catalog
+from ..catalog.history import HistoryState
 from ..errors import EpochstreamError, HistoryUnavailable
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors, stream_errors
@@ -18,7 +19,7 @@ from .params import CatalogToRead, Records, Topic
 from .positions import TIME_HELP, fmt_position, parse_position
 from .tail_output import TailWriter
 
-__all__ = ["commands", "history", "HistoryWriter", "print_history", "no_history"]
+__all__ = ["commands", "history", "HistoryWriter", "print_history", "no_history", "where_lines"]
 
 HISTORY_STATUS_HELP = (
     "Exit status:\n\n\b\n"
@@ -119,6 +120,8 @@ def print_history(cat: Catalog, topic: str, since: Optional[str], until: Optiona
                          f"{info.partitions} partition(s)) from catalog {cat.where}: retained "
                          f"since {fmt_position(order, retained)}"
                          + (f"; epochs {' and '.join(what)}" if what else "")), soft_wrap=True)
+    for line in where_lines(states):
+        console.print(escape(line), soft_wrap=True)
     if not writer.as_json:
         console.print(HistoryWriter.HEADER, soft_wrap=True)
     totals = _Totals()
@@ -132,6 +135,26 @@ def print_history(cat: Catalog, topic: str, since: Optional[str], until: Optiona
             totals.bytes += epoch.nbytes
     console.print(f"{totals.epochs} epoch(s), {totals.records} record(s), "
                   f"{fmt_bytes(totals.bytes)}", soft_wrap=True)
+
+
+def where_lines(states: dict[int, HistoryState]) -> list[str]:
+    """One line per partition whose log also goes to an object store (``states``:
+    ``{partition: HistoryState}``): the bytes of its retained segments (the publisher's
+    disk), those in the store (objects indexed), and the sealed segments not in it yet (the
+    upload backlog as the index sees it)."""
+    out = []
+    for p, state in sorted(states.items()):
+        if state.store is None:
+            continue
+        segs = state.segments
+        stored = [g for g in segs if g.object]
+        waiting = [g for g in segs if g.seq < state.segment and g.epochs
+                   and (g.object_bytes or 0) < g.nbytes]
+        in_store = sum(g.object_bytes or 0 for g in stored)
+        out.append(f"partition {p}: log {fmt_bytes(sum(g.nbytes for g in segs))} in "
+                   f"{state.dir}; store {state.store}: {fmt_bytes(in_store)} in {len(stored)} "
+                   f"object(s); {len(waiting)} sealed segment(s) waiting for their upload")
+    return out
 
 
 def _not_retained(order: Any, e: EpochstreamError) -> Optional[typer.Exit]:

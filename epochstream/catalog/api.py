@@ -292,10 +292,26 @@ class Catalog:
 
     @_operation
     def history_begin(self, topic: str, partition: int, directory: str, lower: Any,
-                      upper: Any) -> HistoryState:
+                      upper: Any, store: str | None = None) -> HistoryState:
         """Start the log of ``partition`` of ``topic`` in ``directory`` if it has none (since =
         ``lower``, segment 0) and return its :class:`HistoryState`. An existing log is returned
-        unchanged; raises :class:`CatalogError` if it lives in another directory."""
+        unchanged; raises :class:`CatalogError` if it lives in another directory — unless
+        ``store`` is the store it records: then the log moves to ``directory`` (a publisher on
+        another host; its segments come from the store). ``store``: the URI (no credentials)
+        of the object store its sealed segments go to, recorded for readers; refused with
+        :class:`CatalogError` if segments are in another store already."""
+
+    @_operation
+    def history_uploaded(self, topic: str, partition: int, segment: int, name: str,
+                         nbytes: int, incarnation: str | None = None) -> tuple[bool, str | None]:
+        """Index the object ``name`` (under the store's root), which holds the first ``nbytes``
+        bytes of ``segment`` whole, as that segment's object — called only after the upload
+        completed. Returns ``(indexed, replaced)``: ``indexed`` False if the segment was
+        trimmed meanwhile, has fewer committed bytes, or an object holding as many is indexed
+        already (the caller deletes its object unless it is that one); ``replaced``: the name
+        of the shorter object it replaces (the caller deletes it), or, not indexed, the object
+        indexed for the segment; ``None`` if none. ``incarnation``: as for
+        :meth:`history_commit` (:class:`~epochstream.errors.Fenced`)."""
 
     @_operation
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],

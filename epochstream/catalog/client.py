@@ -248,9 +248,14 @@ class RemoteCatalog(Catalog):
                           aborted=aborted)
 
     def history_begin(self, topic: str, partition: int, directory: str, lower: Any,
-                      upper: Any) -> Any:
+                      upper: Any, store: str | None = None) -> Any:
         return self._call("history_begin", topic, partition, os.path.abspath(directory), lower,
-                          upper)
+                          upper, store)
+
+    def history_uploaded(self, topic: str, partition: int, segment: int, name: str,
+                         nbytes: int, incarnation: str | None = None) -> tuple[bool, str | None]:
+        return self._call("history_uploaded", topic, partition, segment, name, nbytes,
+                          incarnation)
 
     def durable_claim(self, topic: str, name: str, holder: str, *, takeover: bool = False,
                       pid: int | None = None, pid_start: float | None = None,

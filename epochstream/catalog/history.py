@@ -19,9 +19,14 @@ JSON like ``partitions.upper`` (:func:`~epochstream.catalog.records.encode_upper
         committed       -- bytes of that segment covered by the index (beyond: an unfinished
                         -- tail, truncated on recovery)
         updated_at      -- time.time() of the last commit, seconds
+        store           -- (version 9) the object store's URI without credentials
+                        -- (epochstream.log.store), "fs:<type>" for a FileSystem object, or NULL
     history_segments    -- one row per segment file
         topic, idx, seq, since (the lower frontier when it was started), nbytes (committed),
-        epochs (indexed in it), created_at, last_completed (time.time() of its newest epoch)
+        epochs (indexed in it), created_at, last_completed (time.time() of its newest epoch),
+        object, object_bytes (version 9: the name, under the store's root, of the object
+        holding the first object_bytes bytes of the segment, set only once it is whole in the
+        store; NULL: not in the store)
     history_epochs      -- one row per complete epoch with data in a partition
         topic, idx, time (JSON), t0 (the time, or its first component: a coarse range key),
         seq (segment), extents (JSON [[offset, length], ...] of its D records in the segment),
@@ -59,8 +64,8 @@ from ..errors import CatalogError, Fenced, SubscriptionExpired, SubscriptionHeld
 from ..order import by_name
 from ..retention import SegmentStat
 
-__all__ = ["HISTORY_DDL", "HistoryTables", "EpochRecord", "HistoryState", "DurableInfo",
-           "encode_time", "decode_time", "position_available"]
+__all__ = ["HISTORY_DDL", "STORE_COLUMNS", "HistoryTables", "EpochRecord", "HistoryState",
+           "DurableInfo",           "encode_time", "decode_time", "position_available"]
 
 HISTORY_DDL = (
     """CREATE TABLE IF NOT EXISTS history_partitions (
@@ -112,6 +117,26 @@ HISTORY_DDL = (
         reason TEXT,
         PRIMARY KEY (topic, name))""",
 )
+
+
+STORE_COLUMNS = (("history_partitions", "store", "TEXT"), ("history_segments", "object", "TEXT"),
+                 ("history_segments", "object_bytes", "INTEGER"))
+"""``(table, column, type)`` added by schema version 9: where a log's sealed segments are in an
+object store (module docstring)."""
+
+_SEGMENT_COLUMNS = "seq, nbytes, epochs, last_completed, object, object_bytes"
+_EPOCH_SELECT = ("SELECT e.time, e.seq, e.extents, e.nbytes, e.messages, e.crc, e.completed_at, "
+                 "s.object, s.object_bytes FROM history_epochs e LEFT JOIN history_segments s "
+                 "ON s.topic = e.topic AND s.idx = e.idx AND s.seq = e.seq")
+
+
+def _epoch(partition: int, r) -> EpochRecord:
+    """The :class:`EpochRecord` of one row of :data:`_EPOCH_SELECT`: its ``object`` only if
+    the object holds every extent of the epoch."""
+    extents = tuple(tuple(x) for x in json.loads(r[2]))
+    end = max((o + n for o, n in extents), default=0)
+    obj = r[7] if r[7] is not None and r[8] is not None and end <= r[8] else None
+    return EpochRecord(partition, decode_time(r[0]), r[1], extents, r[3], r[4], r[5], r[6], obj)
 
 
 def _t0(t: Any) -> int:
@@ -171,16 +196,16 @@ class HistoryTables:
 
     def _history_state(self, conn, topic: str, partition: int) -> HistoryState | None:
         row = conn.execute(
-            "SELECT dir, since, lower, upper, segment, committed, updated_at "
+            "SELECT dir, since, lower, upper, segment, committed, updated_at, store "
             "FROM history_partitions WHERE topic = ? AND idx = ?", (topic, partition)).fetchone()
         if row is None:
             return None
         segs = conn.execute(
-            "SELECT seq, nbytes, epochs, last_completed FROM history_segments "
-            "WHERE topic = ? AND idx = ? ORDER BY seq", (topic, partition)).fetchall()
+            f"SELECT {_SEGMENT_COLUMNS} FROM history_segments "
+            f"WHERE topic = ? AND idx = ? ORDER BY seq", (topic, partition)).fetchall()
         return HistoryState(partition, row[0], decode_upper(row[1]), decode_upper(row[2]),
                             decode_upper(row[3]), row[4], row[5],
-                            tuple(SegmentStat(*s) for s in segs), row[6])
+                            tuple(SegmentStat(*s) for s in segs), row[6], row[7])
 
     @retried
     def history_state(self, topic: str, partition: int) -> HistoryState | None:
@@ -191,20 +216,19 @@ class HistoryTables:
     def history_states(self, topic: str) -> dict[int, HistoryState]:
         with self._store.snapshot() as conn:  # two statements, whatever the partitions
             rows = conn.execute(
-                "SELECT idx, dir, since, lower, upper, segment, committed, updated_at "
+                "SELECT idx, dir, since, lower, upper, segment, committed, updated_at, store "
                 "FROM history_partitions WHERE topic = ? ORDER BY idx", (topic,)).fetchall()
             segs: dict[int, list] = {}
-            for r in conn.execute("SELECT idx, seq, nbytes, epochs, last_completed FROM "
-                                  "history_segments WHERE topic = ? ORDER BY idx, seq",
-                                  (topic,)).fetchall():
+            for r in conn.execute(f"SELECT idx, {_SEGMENT_COLUMNS} FROM history_segments "
+                                  f"WHERE topic = ? ORDER BY idx, seq", (topic,)).fetchall():
                 segs.setdefault(r[0], []).append(SegmentStat(*r[1:]))
         return {r[0]: HistoryState(r[0], r[1], decode_upper(r[2]), decode_upper(r[3]),
                                    decode_upper(r[4]), r[5], r[6], tuple(segs.get(r[0], ())),
-                                   r[7]) for r in rows}
+                                   r[7], r[8]) for r in rows}
 
     @retried
     def history_begin(self, topic: str, partition: int, directory: str, lower: Any,
-                      upper: Any) -> HistoryState:
+                      upper: Any, store: str | None = None) -> HistoryState:
         directory = os.path.abspath(directory)
         with self._store.write() as conn:
             state = self._history_state(conn, topic, partition)
@@ -213,16 +237,46 @@ class HistoryTables:
                 low = encode_upper(lower)
                 conn.execute(
                     "INSERT INTO history_partitions (topic, idx, dir, since, lower, upper, "
-                    "segment, committed, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?)",
-                    (topic, partition, directory, low, low, encode_upper(upper), now))
+                    "segment, committed, updated_at, store) VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?)",
+                    (topic, partition, directory, low, low, encode_upper(upper), now, store))
                 conn.execute("INSERT INTO history_segments (topic, idx, seq, since, created_at) "
                              "VALUES (?, ?, 0, ?, ?)", (topic, partition, low, now))
                 state = self._history_state(conn, topic, partition)
-            elif os.path.abspath(state.dir) != directory:
+            elif os.path.abspath(state.dir) != directory and (store is None
+                                                              or store != state.store):
                 raise CatalogError(
                     f"partition {partition} of topic {topic!r} keeps its log in {state.dir}, "
                     f"not {directory}; use the same Retention(dir=...) (or drop the topic)")
+            elif os.path.abspath(state.dir) != directory:  # the same store: the log moves
+                conn.execute("UPDATE history_partitions SET dir = ? WHERE topic = ? AND idx = ?",
+                             (directory, topic, partition))
+                state = self._history_state(conn, topic, partition)
+            elif store is not None and state.store != store:
+                if state.store is not None and any(g.object for g in state.segments):
+                    raise CatalogError(
+                        f"partition {partition} of topic {topic!r} keeps its sealed segments in "
+                        f"the store {state.store}, not {store}; use the same "
+                        f"Retention(store=...) (or drop the topic)")
+                conn.execute("UPDATE history_partitions SET store = ? WHERE topic = ? AND "
+                             "idx = ?", (store, topic, partition))
+                state = self._history_state(conn, topic, partition)
             return state
+
+    @retried
+    def history_uploaded(self, topic: str, partition: int, segment: int, name: str,
+                         nbytes: int, incarnation: str | None = None) -> tuple[bool, str | None]:
+        with self._store.write() as conn:
+            if incarnation is not None:
+                _check_writer(conn, topic, partition, incarnation)
+            row = conn.execute("SELECT object, object_bytes, nbytes FROM history_segments "
+                               "WHERE topic = ? AND idx = ? AND seq = ?",
+                               (topic, partition, segment)).fetchone()
+            if row is None or nbytes > row[2] or (row[1] is not None and row[1] >= nbytes):
+                return False, None if row is None else row[0]  # trimmed, or one as long is in
+            conn.execute("UPDATE history_segments SET object = ?, object_bytes = ? WHERE "
+                         "topic = ? AND idx = ? AND seq = ?",
+                         (name, nbytes, topic, partition, segment))
+            return True, row[0]
 
     @retried
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
@@ -296,31 +350,24 @@ class HistoryTables:
     @retried
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
                        segment_from: int | None = None) -> list[EpochRecord]:
-        sql = ("SELECT time, seq, extents, nbytes, messages, crc, completed_at FROM "
-               "history_epochs WHERE topic = ? AND idx = ?")
+        sql = _EPOCH_SELECT + " WHERE e.topic = ? AND e.idx = ?"
         args: list = [topic, partition]
         if min_t0 is not None:
-            sql += " AND t0 >= ?"
+            sql += " AND e.t0 >= ?"
             args.append(min_t0)
         if segment_from is not None:
-            sql += " AND seq >= ?"
+            sql += " AND e.seq >= ?"
             args.append(segment_from)
         with self._store.read() as conn:
-            rows = conn.execute(sql + " ORDER BY t0, time", args).fetchall()
-        return [EpochRecord(partition, decode_time(r[0]), r[1],
-                            tuple(tuple(x) for x in json.loads(r[2])), r[3], r[4], r[5], r[6])
-                for r in rows]
+            rows = conn.execute(sql + " ORDER BY e.t0, e.time", args).fetchall()
+        return [_epoch(partition, r) for r in rows]
 
     @retried
     def history_epoch(self, topic: str, partition: int, time: Any) -> EpochRecord | None:
         with self._store.read() as conn:
-            r = conn.execute("SELECT time, seq, extents, nbytes, messages, crc, completed_at "
-                             "FROM history_epochs WHERE topic = ? AND idx = ? AND time = ?",
+            r = conn.execute(_EPOCH_SELECT + " WHERE e.topic = ? AND e.idx = ? AND e.time = ?",
                              (topic, partition, encode_time(time))).fetchone()
-        if r is None:
-            return None
-        return EpochRecord(partition, decode_time(r[0]), r[1],
-                           tuple(tuple(x) for x in json.loads(r[2])), r[3], r[4], r[5], r[6])
+        return None if r is None else _epoch(partition, r)
 
     # ---- durable subscriptions
 

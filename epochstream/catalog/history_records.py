@@ -35,7 +35,9 @@ class EpochRecord:
     """The index entry of one complete epoch in one partition's log: ``segment`` (its file's
     number), ``extents`` (``((offset, length), ...)`` bytes of its ``D`` records in that file),
     ``nbytes`` (payload bytes), ``messages`` (``D`` records), ``crc`` (CRC-32 chained over the
-    records' own CRC-32s, in order) and ``completed_at`` (``time.time()``, seconds)."""
+    records' own CRC-32s, in order) and ``completed_at`` (``time.time()``, seconds);
+    ``object``: the name, under the log's store's root, of an object holding every extent of
+    the epoch at the same offsets (``None``: the epoch is not in an object store)."""
 
     partition: int
     time: Any
@@ -45,6 +47,7 @@ class EpochRecord:
     messages: int
     crc: int
     completed_at: float
+    object: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,9 @@ class HistoryState:
     complete epoch ``t`` with ``since <= t`` is retained; a tuple of times), ``lower``/``upper``
     (frontiers as of the last commit), ``segment``/``committed`` (the segment being written
     and the bytes of it the index covers), ``segments`` (:class:`~epochstream.retention.SegmentStat`
-    per retained segment, oldest first), ``updated_at`` (``time.time()`` of the last commit)."""
+    per retained segment, oldest first), ``updated_at`` (``time.time()`` of the last commit),
+    ``store`` (the URI of the object store its sealed segments go to, without credentials;
+    ``"fs:<type>"`` if given as a ``pyarrow.fs.FileSystem``; ``None``: no store)."""
 
     partition: int
     dir: str
@@ -64,6 +69,7 @@ class HistoryState:
     committed: int
     segments: tuple
     updated_at: float
+    store: str | None = None
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import Callable
 
 from .groups import GROUPS_DDL
-from .history import HISTORY_DDL
+from .history import HISTORY_DDL, STORE_COLUMNS
 from .records import STATES
 from ..errors import CatalogError
 
@@ -93,7 +93,7 @@ __all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "SECURITY_COLUMNS", "GENERATION_CO
            "ensure_schema", "enable_wal", "check_version",
            "retry_busy", "is_busy"]
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated;
 1: before durable history — version 2 adds the ``history_*`` and ``durables`` tables; version 3
 the consumer groups' ``groups`` and ``group_epochs``; version 4 the lease columns of the network
@@ -102,7 +102,8 @@ catalog, :data:`LEASE_COLUMNS`; version 5 the CURVE server key of each partition
 partitions' generation, :data:`GENERATION_COLUMNS`, and on PostgreSQL the function
 ``epoch_now()``, :data:`POSTGRES_NOW_DDL`; version 7 each partition's run,
 :data:`RUN_COLUMNS`; version 8 the consumer groups' running totals and settle times,
-:data:`GROUP_TOTAL_COLUMNS`)."""
+:data:`GROUP_TOTAL_COLUMNS`; version 9 where sealed segments are in an object store,
+:data:`~epochstream.catalog.history.STORE_COLUMNS`)."""
 
 LEASE_COLUMNS = (("partitions", "lease", "REAL"), ("durables", "holder_lease", "REAL"),
                  ("durables", "holder_seen", "REAL"))
@@ -291,7 +292,7 @@ def _create_or_migrate(conn: sqlite3.Connection) -> None:
     for ddl in (*HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL):  # versions 1, 2 and 4: new tables only
         conn.execute(ddl)
     for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS, *GENERATION_COLUMNS, *RUN_COLUMNS,
-                                *GROUP_TOTAL_COLUMNS):
+                                *GROUP_TOTAL_COLUMNS, *STORE_COLUMNS):
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         if column not in have:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -343,7 +344,7 @@ def ensure_postgres_schema(conn, where: str) -> int:
             conn.execute(postgres_ddl(ddl))
         conn.execute(POSTGRES_NOW_DDL)
         for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS, *GENERATION_COLUMNS, *RUN_COLUMNS,
-                                *GROUP_TOTAL_COLUMNS):
+                                *GROUP_TOTAL_COLUMNS, *STORE_COLUMNS):
             conn.execute(postgres_ddl(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "
                                       f"{column} {kind}"))
         conn.execute("INSERT INTO epochstream_schema (id, version) VALUES (1, %s) "

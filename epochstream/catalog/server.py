@@ -259,7 +259,8 @@ _ADMIN_OPS = ("grant", "revoke")
 
 TOPIC_GRANTS = {
     **dict.fromkeys(("create_topic", "register_partition", "close_partition", "record_upper",
-                     "heartbeat", "history_begin", "history_commit", "history_trim"), "publish"),
+                     "heartbeat", "history_begin", "history_commit", "history_trim",
+                     "history_uploaded"), "publish"),
     **dict.fromkeys(("durable_claim", "durable_ack", "durable_release", "durable_renew",
                      "durable_reset", "group_open", "group_settle", "group_stop", "group_reset",
                      "group_claim_read", "group_claim_apply"), "subscribe"),

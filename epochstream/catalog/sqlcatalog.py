@@ -242,8 +242,13 @@ class SqlCatalog(Catalog):
         return self._history.history_states(topic)
 
     def history_begin(self, topic: str, partition: int, directory: str, lower: Any,
-                      upper: Any) -> HistoryState:
-        return self._history.history_begin(topic, partition, directory, lower, upper)
+                      upper: Any, store: str | None = None) -> HistoryState:
+        return self._history.history_begin(topic, partition, directory, lower, upper, store)
+
+    def history_uploaded(self, topic: str, partition: int, segment: int, name: str,
+                         nbytes: int, incarnation: str | None = None) -> tuple[bool, str | None]:
+        return self._history.history_uploaded(topic, partition, segment, name, nbytes,
+                                              incarnation)
 
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
                        lower: Any, upper: Any, segment: int, committed: int,

@@ -26,7 +26,7 @@ from urllib.parse import quote
 from ..catalog.history import EpochRecord
 from ..errors import HistoryCorrupt
 
-__all__ = ["read_epoch", "segment_path", "partition_dir", "RECORD_HEADER"]
+__all__ = ["read_epoch", "check_epoch", "segment_path", "partition_dir", "RECORD_HEADER"]
 
 RECORD_HEADER = struct.Struct("<IIc")
 """length (u32), crc32 (u32), kind (1 byte) of a record."""
@@ -67,6 +67,16 @@ def read_epoch(directory: str | os.PathLike, record: EpochRecord) -> list[tuple[
         raise HistoryCorrupt(f"segment {path} of epoch {record.time!r} is missing (deleted by "
                              f"retention while being read, or removed by hand)",
                              path=str(path)) from None
+    return check_epoch(f"segment {path}", str(path), record, chunks)
+
+
+def check_epoch(where: str, path: str, record: EpochRecord,
+                chunks: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """The ``(time header, payload)`` pairs in ``chunks`` (the bytes of ``record``'s extents,
+    read from a segment file or an object: ``where`` names it in messages, ``path`` in the
+    error's ``path``), after checking every record's CRC-32 and kind, and the epoch's chained
+    CRC-32 and message count against the index. Raises
+    :class:`~epochstream.errors.HistoryCorrupt` for any mismatch."""
     crc = 0
     out = []
     hsize = RECORD_HEADER.size
@@ -75,18 +85,18 @@ def read_epoch(directory: str | os.PathLike, record: EpochRecord) -> list[tuple[
         pos = 0
         while pos < len(b):
             if pos + hsize > len(b):
-                raise HistoryCorrupt(f"segment {path}: epoch {record.time!r} has a cut record",
-                                     path=str(path))
+                raise HistoryCorrupt(f"{where}: epoch {record.time!r} has a cut record",
+                                     path=path)
             length, rcrc, kind = RECORD_HEADER.unpack_from(b, pos)
             body = mv[pos + hsize:pos + hsize + length]
             if kind != _D or len(body) != length or zlib.crc32(body, zlib.crc32(kind)) != rcrc:
-                raise HistoryCorrupt(f"segment {path}: a record of epoch {record.time!r} at "
-                                     f"offset {start + pos} fails its checksum", path=str(path))
+                raise HistoryCorrupt(f"{where}: a record of epoch {record.time!r} at "
+                                     f"offset {start + pos} fails its checksum", path=path)
             crc = zlib.crc32(_U32.pack(rcrc), crc)
             (hl,) = _HLEN.unpack_from(body, 0)
             out.append((bytes(body[2:2 + hl]), bytes(body[2 + hl:])))
             pos += hsize + length
     if crc != record.crc or len(out) != record.messages:
-        raise HistoryCorrupt(f"segment {path}: epoch {record.time!r} does not match its index "
-                             f"entry (checksum or message count)", path=str(path))
+        raise HistoryCorrupt(f"{where}: epoch {record.time!r} does not match its index "
+                             f"entry (checksum or message count)", path=path)
     return out

@@ -14,8 +14,11 @@ live publisher (the logs' index lives in the catalog; the files are read directl
 Where the bytes come from (``source``, default ``$EPOCHSTREAM_HISTORY_SOURCE`` or ``"auto"``):
 ``"disk"`` reads the segment files (the log's directory must be readable here); ``"publisher"``
 asks the partition's live publisher on its endpoint (:mod:`epochstream.log.remote`);
-``"auto"`` reads the files when the log was written on this host and its directory exists, and
-asks the live publisher otherwise. The index is always read from the catalog.
+``"store"`` reads every epoch whose segment is in the log's object store from there
+(``Retention(store=...)``, :mod:`epochstream.log.store`: range reads) and the rest as
+``"auto"``; ``"auto"`` reads the files when the log was written on this host and its directory
+exists, else the object store for sealed segments, and asks the live publisher for the rest.
+The index is always read from the catalog.
 
 Positions (``since``, ``until``) are frontiers (:mod:`epochstream.position`): ``since`` is
 inclusive (epochs ``t`` with ``since <= t``), ``until`` exclusive (epochs not at or beyond it),
@@ -25,6 +28,7 @@ in every partition's log and retained by every partition, so it is whole or not 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time as _time
@@ -39,12 +43,15 @@ from ..events import Epoch
 from ..frontier import Antichain, join
 from ..order import linear_extension
 from ..position import resolve_position
-from .format import read_epoch
+from .format import check_epoch, read_epoch
 from .remote import DEFAULT_TIMEOUT, RemoteLog
+from .store import LogStore, open_store
 
 __all__ = ["History", "SOURCES"]
 
-SOURCES = ("auto", "disk", "publisher")
+log = logging.getLogger("epochstream.history")
+
+SOURCES = ("auto", "disk", "publisher", "store")
 """Where :class:`History` reads epochs' bytes from (see the module docstring)."""
 
 
@@ -69,10 +76,18 @@ class History:
     remote read may wait for the publisher's answer; ``security``: a client key pair
     (``Security.curve(client_secret=...)``) for reading through secured publishers (their keys
     come from the catalog). Reading through a publisher keeps one connection per partition:
-    :meth:`close` them (or use ``with History(...) as h``)."""
+    :meth:`close` them (or use ``with History(...) as h``).
+
+    ``store``: the object store to read sealed segments from (a URI or a
+    ``pyarrow.fs.FileSystem``), instead of the one each log recorded in the catalog (needed for
+    logs whose publisher was given a FileSystem object). The stores this reader will need are
+    opened and probed here: a URI pyarrow cannot open raises ``ValueError``, a missing bucket,
+    wrong credentials or an unreachable store :class:`HistoryUnavailable`, one line each —
+    except a recorded store of a partition whose files are here or whose publisher is live:
+    then a WARNING, and its epochs are read from those instead."""
 
     def __init__(self, topic: str, catalog=None, *, source: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, security=None):
+                 timeout: float = DEFAULT_TIMEOUT, security=None, store=None):
         if source is not None and source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
         source = source or os.environ.get("EPOCHSTREAM_HISTORY_SOURCE") or "auto"
@@ -94,6 +109,69 @@ class History:
         #: connections): asked for a partition whose log is not readable here and which the
         #: catalog no longer lists as live (its publisher closed, and may still linger)
         self.endpoints: dict[int, str] = {}
+        self._stores: dict[str, LogStore] = {}  # by recorded URI, opened once
+        self._broken: set[str] = set()  # recorded URIs that failed their probe (not read)
+        self._given = None if store is None else open_store(store, write=False)
+        self._probe_stores(info)
+
+    # -- object stores ---------------------------------------------------------------------
+    def _probe_stores(self, info) -> None:
+        """Open (and probe) the stores of the logs this reader would read from a store."""
+        if self._given is not None or self.source in ("disk", "publisher"):
+            return
+        pinfo = {p.index: p for p in info.partition_info}
+        for p, state in self.states().items():
+            if state.store is not None and state.store not in self._broken \
+                    and any(g.object for g in state.segments) \
+                    and (self.source == "store" or not self._local(state, pinfo.get(p))):
+                try:
+                    self._log_store(state.store)
+                except (HistoryUnavailable, ValueError) as e:
+                    live = getattr(pinfo.get(p), "state", None) == "live"
+                    if not live and not self._local(state, pinfo.get(p)):
+                        raise
+                    log.warning("topic %r: %s; its partitions' epochs are read from their "
+                                "files or live publishers instead", self.topic, e)
+                    self._broken.add(state.store)
+
+    def _log_store(self, uri: str | None) -> LogStore:
+        """The opened store of a log whose catalog row records ``uri``."""
+        if self._given is not None:
+            return self._given
+        if uri is None or uri.startswith("fs:"):
+            raise HistoryUnavailable(
+                f"topic {self.topic!r}: its publisher was given its object store as a pyarrow "
+                f"FileSystem ({uri}); pass History(..., store=...) to read it")
+        opened = self._stores.get(uri)
+        if opened is None:
+            opened = self._stores[uri] = open_store(uri, write=False)
+        return opened
+
+    @staticmethod
+    def _local(state: HistoryState, pinfo) -> bool:
+        """Whether the log's segment files are readable here (written on this host, and its
+        directory exists)."""
+        return getattr(pinfo, "host", None) in (None, HOST) and os.path.isdir(state.dir)
+
+    def _use_store(self, r: EpochRecord, state: HistoryState | None, pinfo) -> bool:
+        """Whether epoch record ``r`` is read from the object store (``source``)."""
+        if r.object is None or state is None or self.source in ("disk", "publisher") \
+                or state.store in self._broken:
+            return False
+        return self.source == "store" or not self._local(state, pinfo)
+
+    def _read_store(self, state: HistoryState, r: EpochRecord, files: dict) -> list[bytes]:
+        store = self._log_store(state.store)
+        where = store.where(r.object)
+        try:
+            chunks = store.read_extents(r.object, r.extents, files)
+            return [pl for _, pl in check_epoch(f"object {where}", where, r, chunks)]
+        except OSError as e:
+            raise HistoryUnavailable(f"topic {self.topic!r}: the object store {store.uri} cannot "
+                                     f"be read ({' '.join(str(e).split())[:300]})") from None
+        except HistoryCorrupt:
+            self._trimmed(r)
+            raise
 
     def close(self) -> None:
         """Close the connections to publishers that served reads (reading again reopens)."""
@@ -201,27 +279,40 @@ class History:
         pipelined (:class:`~epochstream.log.remote.RemoteLog`) and their message counts
         checked against the index. Raises as :meth:`payloads`; ``states``/``info`` as there."""
         epochs = list(epochs)
+        states = self.states() if states is None else states
+        info = self.catalog.lookup(self.topic) if info is None else info
+        pinfo = {p.index: p for p in info.partition_info}
+        stored = {(r.partition, t) for t, recs in epochs for r in recs
+                  if self._use_store(r, states.get(r.partition), pinfo.get(r.partition))}
         wanted: dict[int, list] = {}
         for t, recs in epochs:
             for r in recs:
-                wanted.setdefault(r.partition, []).append(t)
-        where = self._where(wanted, states, info)
+                if (r.partition, t) not in stored:
+                    wanted.setdefault(r.partition, []).append(t)
+        where = self._where(wanted, states, info) if wanted else {}
         streams = {p: self._remote_log(p, w).read(wanted[p])
                    for p, (kind, w) in where.items() if kind == "publisher"}
-        for t, recs in epochs:
-            out: list[tuple[int, bytes]] = []
-            for r in recs:
-                stream = streams.get(r.partition)
-                if stream is None:
-                    out.extend((r.partition, pl) for pl in self._read_disk(where[r.partition][1], r))
-                    continue
-                _, got = next(stream)
-                if len(got) != r.messages:
-                    raise HistoryCorrupt(
-                        f"topic {self.topic!r}: the publisher of partition {r.partition} served "
-                        f"{len(got)} messages of epoch {t!r}; the index holds {r.messages}")
-                out.extend((r.partition, pl) for pl in got)
-            yield t, recs, out
+        files: dict = {}  # objects open for range reads, reused while this read goes on
+        try:
+            for t, recs in epochs:
+                out: list[tuple[int, bytes]] = []
+                for r in recs:
+                    if (r.partition, t) in stored:
+                        got = self._read_store(states[r.partition], r, files)
+                    elif r.partition not in streams:
+                        got = self._read_local(where[r.partition][1], states, r, files)
+                    else:
+                        got = next(streams[r.partition])[1]
+                        if len(got) != r.messages:
+                            raise HistoryCorrupt(
+                                f"topic {self.topic!r}: the publisher of partition "
+                                f"{r.partition} served {len(got)} messages of epoch {t!r}; "
+                                f"the index holds {r.messages}")
+                    out.extend((r.partition, pl) for pl in got)
+                yield t, recs, out
+        finally:
+            for f in files.values():
+                f.close()
 
     def _where(self, partitions, states=None, info=None) -> dict[int, tuple[str, str]]:
         """``{partition: ("disk", directory) | ("publisher", endpoint)}`` for ``partitions``
@@ -236,7 +327,7 @@ class History:
                 raise HistoryUnavailable(f"topic {self.topic!r}: partition {p} keeps no epoch log")
             host = getattr(pinfo, "host", None)
             local = host in (None, HOST) and os.path.isdir(state.dir)
-            if self.source == "disk" or (self.source == "auto" and local):
+            if self.source == "disk" or (self.source in ("auto", "store") and local):
                 out[p] = ("disk", state.dir)
             elif pinfo is not None and pinfo.state == "live":
                 out[p] = ("publisher", pinfo.endpoint)
@@ -265,17 +356,33 @@ class History:
                                                     server_key=key)
         return r
 
+    def _read_local(self, directory: str, states, r: EpochRecord, files: dict) -> list[bytes]:
+        """``r``'s payloads from the segment file; if the file is missing or fails its checks
+        and the epoch is in the log's object store too (``source`` not ``"disk"``), from there."""
+        try:
+            return self._read_disk(directory, r)
+        except HistoryCorrupt:
+            state = states.get(r.partition)
+            if r.object is None or state is None or self.source == "disk":
+                raise
+            return self._read_store(state, r, files)
+
     def _read_disk(self, directory: str, r: EpochRecord) -> list[bytes]:
         try:
             return [payload for _, payload in read_epoch(directory, r)]
         except HistoryCorrupt:
-            state = self.catalog.history_state(self.topic, r.partition)
-            if state is not None and not Antichain(self.order, state.since).less_equal(r.time):
-                raise HistoryUnavailable(
-                    f"topic {self.topic!r}: epoch {r.time!r} of partition {r.partition} was "
-                    f"deleted by retention while being read (retained since "
-                    f"{list(state.since)})", retained=tuple(state.since)) from None
+            self._trimmed(r)
             raise
+
+    def _trimmed(self, r: EpochRecord) -> None:
+        """After ``r``'s bytes failed: raise :class:`HistoryUnavailable` if retention deleted
+        its epoch meanwhile (else the caller raises the :class:`HistoryCorrupt`)."""
+        state = self.catalog.history_state(self.topic, r.partition)
+        if state is not None and not Antichain(self.order, state.since).less_equal(r.time):
+            raise HistoryUnavailable(
+                f"topic {self.topic!r}: epoch {r.time!r} of partition {r.partition} was "
+                f"deleted by retention while being read (retained since "
+                f"{list(state.since)})", retained=tuple(state.since)) from None
 
     # -- epochs ----------------------------------------------------------------------------
     def epochs(self, since=None, until=None) -> Iterator[Epoch]:

@@ -42,7 +42,10 @@ from ..retention import Retention, SegmentStat, segment_aged, segments_to_delete
 
 from .format import RECORD_HEADER, _D, _F, _HLEN, _U32, segment_path
 
-__all__ = ["LogWriter"]
+__all__ = ["LogWriter", "UPLOADS_AT_CLOSE"]
+
+UPLOADS_AT_CLOSE = 30.0
+"""Seconds a closing publisher waits for its uploads to the store (the rest: its successor)."""
 
 log = logging.getLogger("epochstream.history")
 
@@ -83,6 +86,10 @@ class LogWriter:
         self._oldest: float | None = None  # when the oldest epoch of the open segment completed
         self.state: HistoryState | None = None
         self.incarnation: str | None = None  # the writer's: a newer one fences its commits
+        #: the :class:`~epochstream.log.uploader.Uploader` of sealed segments (``store=``)
+        self.uploader: Any = None
+        self._committed = 0  # bytes of the segment being written the index covers
+        self._tail_sent = 0  # of those, bytes handed to the uploader at a close
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, lower: tuple, upper: tuple) -> HistoryState:
@@ -91,8 +98,9 @@ class LogWriter:
         :class:`HistoryState` (its ``lower``/``upper``: where a restarted publisher resumes)."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
+            store = None if self.uploader is None else self.uploader.store.uri
             state = self.catalog.history_begin(self.topic, self.partition, str(self.dir),
-                                               lower, upper)
+                                               lower, upper, store=store)
             path = segment_path(self.dir, state.segment)
             size = path.stat().st_size if path.exists() else 0
             if size > state.committed:
@@ -101,8 +109,7 @@ class LogWriter:
                             "crash)", self.topic, self.partition, size - state.committed, path,
                             list(state.lower))
             elif size < state.committed:
-                raise HistoryCorrupt(f"segment {path} has {size} bytes but the index covers "
-                                     f"{state.committed}: the log was damaged", path=str(path))
+                self._fetch(path, size, state)
             self._file = open(path, "ab")
             self._file.truncate(state.committed)
             self._file.seek(state.committed)
@@ -120,6 +127,8 @@ class LogWriter:
                                     f"{self.partition} in {self.dir}: {e}") from e
         self.state = state
         self._segment, self._offset = state.segment, state.committed
+        self._committed = state.committed
+        self._upload_sealed(state)
         self._segments = list(state.segments)
         self._lower = Antichain(self.order, state.lower)
         self._frontiers = (tuple(state.lower), tuple(state.upper))
@@ -129,14 +138,70 @@ class LogWriter:
         self._apply_retention(_time.time())  # a log reopened after a while: limits apply now
         return state
 
-    def close(self) -> None:
-        """Close the segment file (uncommitted records stay, to be truncated on recovery)."""
+    def _fetch(self, path: Path, size: int, state: HistoryState) -> None:
+        """The segment being written has fewer bytes here than the index covers (a publisher
+        on another host, or a lost disk): take them from its object in the store, else raise
+        :class:`~epochstream.errors.HistoryCorrupt`."""
+        seg = next((g for g in state.segments if g.seq == state.segment), None)
+        if self.uploader is None or seg is None or not seg.object \
+                or (seg.object_bytes or 0) < state.committed:
+            raise HistoryCorrupt(f"segment {path} has {size} bytes but the index covers "
+                                 f"{state.committed}, and no object store holds them: the log "
+                                 f"was damaged", path=str(path))
+        log.info("epoch log %s/%s: taking %d bytes of segment %d from %s", self.topic,
+                 self.partition, state.committed, state.segment,
+                 self.uploader.store.where(seg.object))
+        self.uploader.store.download(seg.object, state.committed, path)
+
+    def close(self, uploads: bool = False) -> None:
+        """Close the segment file (uncommitted records stay, to be truncated on recovery).
+        With a store: the committed part of the segment being written is handed to the
+        uploader too (a closed publisher's epochs are all in the store), and ``uploads=True``
+        waits up to :data:`UPLOADS_AT_CLOSE` seconds for the uploads, then stops the
+        uploader."""
         if self._file is not None:
             try:
                 self._file.close()
             except OSError:
                 pass
             self._file = None
+            if self.uploader is not None and self._failed is None:
+                self._upload_tail()
+        if uploads and self.uploader is not None:
+            self.uploader.close(UPLOADS_AT_CLOSE)
+
+    # -- the object store (Retention.store; log/uploader.py) ---------------------------------
+    def _upload_sealed(self, state: HistoryState) -> None:
+        """At :meth:`open`: hand the uploader every sealed segment the index has no whole
+        object for (a predecessor killed mid-upload, or the store down when it closed)."""
+        if self.uploader is None:
+            return
+        self.uploader.pending = self._not_uploaded
+        for job in self._not_uploaded(state):
+            self.uploader.sealed(*job)
+
+    def _not_uploaded(self, state: HistoryState | None = None) -> list[tuple]:
+        """``[(seq, path, nbytes), ...]`` of the sealed segments with epochs that the index
+        (``state``, or read now) has no whole object for, oldest first."""
+        if state is None:
+            state = self.catalog.history_state(self.topic, self.partition)
+        return [(g.seq, str(segment_path(self.dir, g.seq)), g.nbytes)
+                for g in (state.segments if state else ())
+                if g.seq < state.segment and g.epochs and (g.object_bytes or 0) < g.nbytes]
+
+    def _upload_tail(self) -> None:
+        """At a close: upload the committed bytes of the segment being written (the next
+        publisher continues the segment; its longer object replaces this one when sealed)."""
+        last = self._segments[-1] if self._segments else None
+        if last is not None and last.epochs and self._committed > self._tail_sent:
+            self._tail_sent = self._committed
+            self.uploader.sealed(self._segment, str(segment_path(self.dir, self._segment)),
+                                 self._committed)
+
+    def _sealed(self, seq: int, nbytes: int) -> None:
+        """Segment ``seq`` was closed with ``nbytes`` bytes: upload it (never blocks)."""
+        if self.uploader is not None and nbytes > 0:
+            self.uploader.sealed(seq, str(segment_path(self.dir, seq)), nbytes)
 
     # -- writing ---------------------------------------------------------------------------
     def _check(self) -> None:
@@ -247,12 +312,15 @@ class LogWriter:
         last = self._segments[-1]
         self._segments[-1] = SegmentStat(last.seq, self._offset, last.epochs + len(epochs),
                                          now if epochs else last.last_completed)
+        self._committed = self._offset
         if roll_to is not None:
             self._file.close()
             self._file = new_file
-            self._segment, self._offset = roll_to, 0
+            self._sealed(self._segment, self._offset)
+            self._segment, self._offset, self._committed = roll_to, 0, 0
             self._segments.append(SegmentStat(roll_to, 0, 0, None))
             self._oldest = None
+            self._tail_sent = 0
         self._apply_retention(now)
 
     def _next_segment(self, boundary: bool, now: float) -> tuple:
@@ -331,9 +399,21 @@ class LogWriter:
             return
         self._file.close()
         self._file = new_file
-        self._segment, self._offset = roll_to, 0
+        if self._segments[-1].epochs:
+            self._sealed(self._segment, self._offset)
+        self._segment, self._offset, self._committed = roll_to, 0, 0
         self._segments.append(SegmentStat(roll_to, 0, 0, None))
         self._oldest = None
+        self._tail_sent = 0
+
+    def _objects_before(self, keep_from: int) -> list[str]:
+        """The objects in the store of the segments numbered below ``keep_from`` (read from the
+        index: some were uploaded by predecessors)."""
+        if self.uploader is None:
+            return []
+        state = self.catalog.history_state(self.topic, self.partition)
+        return [g.object for g in (state.segments if state else ())
+                if g.seq < keep_from and g.object]
 
     def _apply_retention(self, now: float) -> None:
         n = segments_to_delete(self._segments, self.retention, now)
@@ -341,6 +421,7 @@ class LogWriter:
             return
         keep_from = self._segments[n].seq
         try:
+            objects = self._objects_before(keep_from)
             since, expired = self.catalog.history_trim(self.topic, self.partition, keep_from)
         except CatalogError as e:  # retention is retried at the next commit
             log.warning("epoch log %s/%s: retention could not update the index: %s",
@@ -355,6 +436,8 @@ class LogWriter:
             except OSError as e:
                 log.warning("epoch log %s/%s: could not delete %s: %s", self.topic,
                             self.partition, segment_path(self.dir, s.seq), e)
+        if objects:  # their index rows are gone: now the objects
+            self.uploader.delete(objects)
         log.info("epoch log %s/%s: retention deleted %d segment(s); retained since %s",
                  self.topic, self.partition, n, list(since))
         for name in expired:

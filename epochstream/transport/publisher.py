@@ -464,7 +464,7 @@ class Publisher:
         t0 = _time.monotonic()
         self._thread.join(linger + 5.0)
         if self._log is not None and not self._thread.is_alive():
-            self._log.close()
+            self._log.close(uploads=True)  # (with a store: its uploads finish first)
         self._close_sockets(max(0.0, linger - (_time.monotonic() - t0)))
 
     def join(self, timeout: float | None = None) -> bool:

@@ -80,8 +80,12 @@ def open_log(catalog: Catalog | None, retention: Retention, topic: str, partitio
         raise TypeError(f"retention must be a Retention, got {type(retention).__name__}")
     if catalog is None:
         raise ValueError("retention needs a catalog: the epoch log's index lives there")
+    from ..log.store import open_store
+    from ..log.uploader import Uploader
     from ..log.writer import LogWriter
 
+    # a store is opened and probed first: a bad one fails the constructor, nothing created
+    store = None if retention.store is None else open_store(retention.store, write=True)
     create()
     who = f"{topic}/{partition}"
     prior = catalog.history_state(topic, partition)
@@ -91,6 +95,22 @@ def open_log(catalog: Catalog | None, retention: Retention, topic: str, partitio
     writer = LogWriter(catalog, topic, partition, order, retention,
                        history_dir(catalog, retention, topic, partition))
     writer.incarnation = incarnation
+    if store is not None:
+        writer.uploader = Uploader(store, catalog, topic, partition, incarnation,
+                                   retention.upload_backlog)
+    try:
+        return _open_writer(writer, catalog, topic, partition, order, start, prior, info, mine,
+                            who)
+    except BaseException:
+        uploader, writer.uploader = writer.uploader, None
+        if uploader is not None:
+            uploader.close()
+        raise
+
+
+def _open_writer(writer: LogWriter, catalog, topic: str, partition: int, order, start, prior,
+                 info, mine, who: str) -> tuple[LogWriter, list, list]:
+    """:func:`open_log` once the writer is built: open it where its predecessors left it."""
     if prior is not None and not prior.lower:
         # a finished log continues only where the catalog would take the registration:
         # refused before the log is touched for a partition closed while its run goes on

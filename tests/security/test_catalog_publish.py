@@ -116,6 +116,7 @@ _ARGS = {
     "history_begin": ((0, "/tmp/nowhere", [0], []), {}),
     "history_commit": ((0,), dict(epochs=[], lower=[1], upper=[], segment=0, committed=0)),
     "history_trim": ((0, 1), {}),
+    "history_uploaded": ((0, 0, "x.eslog", 1), {}),
     "durable_claim": (("d", "h"), {}),
     "durable_ack": (("d", "h", [3]), {}),
     "durable_release": (("d", "h"), {}),

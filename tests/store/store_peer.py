@@ -1,0 +1,117 @@
+"""A publisher or a reader of a topic whose epoch log goes to an object store, in its own
+process (tests/store/test_store.py).
+
+    python tests/store/store_peer.py publish CATALOG TOPIC STORE [options]
+        Publisher(TOPIC, 0, catalog=CATALOG, retention=Retention(dir=--dir, store=STORE,
+        segment_bytes=--segment-bytes)). Prints "ready <log directory>", then publishes epochs
+        --first .. --last - 1, each --msgs records {"t", "i", "pad"} then advance_to(t + 1),
+        printing "epoch <t>" (``--pause``: after "ready", first wait for a line on stdin).
+        ``--wait-uploads``: then waits until the index has an object for
+        every sealed segment holding epochs and prints "uploaded <n objects>". ``--end hang``
+        (default): prints "hanging" and sleeps (to be killed); ``close``: close(wait=True),
+        prints "closed".
+    python tests/store/store_peer.py read CATALOG TOPIC [--source S] [--subscribe]
+        [--durable NAME]
+        History(TOPIC, catalog=CATALOG).epochs() (``--subscribe``: Subscriber(start=0)
+        instead; ``--durable``: a durable Subscriber from "earliest", acking each epoch), printing "epoch <t> <json [i...]> <ok>" per epoch (ok: every record is of
+        epoch t, with its pad whole) and "done"; HistoryCorrupt prints "HistoryCorrupt <message>"
+        and exits 3, HistoryUnavailable "HistoryUnavailable <message>" and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from epochstream import Catalog, History, Publisher, Retention, Subscriber
+from epochstream.errors import HistoryCorrupt, HistoryUnavailable
+
+
+def out(*words) -> None:
+    print(*words, flush=True)
+
+
+def publish(a) -> None:
+    cat = Catalog(a.catalog)
+    pub = Publisher(a.topic, 0, catalog=cat, retention=Retention(
+        dir=a.dir, store=a.store, segment_bytes=a.segment_bytes))
+    out("ready", cat.history_state(a.topic, 0).dir)
+    if a.pause:
+        sys.stdin.readline()
+    for t in range(a.first, a.last):
+        pub.send(t, [{"t": t, "i": i, "pad": "x" * a.pad} for i in range(a.msgs)])
+        pub.advance_to(t + 1)
+        out("epoch", t)
+    pub.flush()
+    if a.wait_uploads:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state = cat.history_state(a.topic, 0)
+            sealed = [g for g in state.segments if g.seq < state.segment and g.epochs]
+            if all(g.object_bytes == g.nbytes for g in sealed):
+                out("uploaded", len(sealed))
+                break
+            time.sleep(0.05)
+    if a.end == "close":
+        pub.close(wait=True)
+        out("closed")
+        return
+    out("hanging")
+    time.sleep(3600)
+
+
+def read(a) -> None:
+    try:
+        if a.durable:
+            epochs = []
+            with Subscriber(a.topic, catalog=a.catalog, durable=a.durable,
+                            start="earliest") as sub:
+                for e in sub.epochs():
+                    epochs.append(e)
+                    sub.ack(e)
+        elif a.subscribe:
+            with Subscriber(a.topic, catalog=a.catalog, start=0) as sub:
+                epochs = list(sub.epochs())
+        else:
+            epochs = list(History(a.topic, catalog=a.catalog, source=a.source).epochs())
+    except HistoryCorrupt as e:
+        out("HistoryCorrupt", str(e))
+        sys.exit(3)
+    except HistoryUnavailable as e:
+        out("HistoryUnavailable", str(e))
+        sys.exit(2)
+    for e in epochs:
+        ok = all(r["t"] == e.time and r["pad"] == "x" * len(r["pad"]) for r in e.records)
+        out("epoch", e.time, json.dumps([r["i"] for r in e.records], separators=(",", ":")), ok)
+    out("done")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pp = sub.add_parser("publish")
+    pp.add_argument("catalog")
+    pp.add_argument("topic")
+    pp.add_argument("store")
+    pp.add_argument("--dir", default=None)
+    pp.add_argument("--first", type=int, default=0)
+    pp.add_argument("--last", type=int, default=10)
+    pp.add_argument("--msgs", type=int, default=3)
+    pp.add_argument("--pad", type=int, default=2000)
+    pp.add_argument("--segment-bytes", type=int, default=4096)
+    pp.add_argument("--wait-uploads", action="store_true")
+    pp.add_argument("--pause", action="store_true")
+    pp.add_argument("--end", choices=("hang", "close"), default="hang")
+    pr = sub.add_parser("read")
+    pr.add_argument("catalog")
+    pr.add_argument("topic")
+    pr.add_argument("--source", default=None)
+    pr.add_argument("--subscribe", action="store_true")
+    pr.add_argument("--durable", default=None)
+    a = p.parse_args()
+    publish(a) if a.cmd == "publish" else read(a)
+
+
+if __name__ == "__main__":
+    main()
