@@ -333,3 +333,64 @@ def test_batch_policy_host_killed_mid_commit_rerun_republishes_what_did_not_comp
     epochs = {e.time: sorted(e.records.column("x").to_pylist())
               for e in History(TOPIC, catalog=cat).epochs()}
     assert epochs == {0: [1], 1: [2], 2: [3, 5], 3: [4, 6]}
+
+
+@st.composite
+def watermark_plans(draw):
+    """Batches of rows with event times (hours into day 0..5), each row on one of two Spark
+    partitions, and a watermark delay of 0-30 hours."""
+    x = itertools.count()
+    batches = []
+    for _ in range(draw(st.integers(1, 6))):
+        rows = draw(st.lists(st.tuples(st.integers(0, 6 * 24 - 1), st.integers(0, 1)),
+                             max_size=6))
+        batches.append([(h, p, next(x)) for h, p in rows])
+    return batches, draw(st.integers(0, 30))
+
+
+@pytest.mark.spark
+@settings(max_examples=examples(4), deadline=None)
+@given(plan=watermark_plans())
+def test_watermark_policy_on_a_host_against_a_model(tmp_path_factory, plan):
+    """Whatever the rows' event times, batches and partitions: the delivered epochs are the
+    rows grouped by day, minus exactly the rows whose day was complete when their batch
+    committed (Spark's watermark so far: the greatest event time of the batches before, minus
+    the delay), each day delivered once, whole."""
+    batches, delay_h = plan
+    hour = 3_600_000_000
+    cat = Catalog(tmp_path_factory.mktemp("cat"))
+    writer = EpochstreamStreamWriter({"topic": TOPIC, "catalog": str(cat.path),
+                                      "complete": "watermark", "eventTime": "ts",
+                                      "epochLength": "1 day"})
+    assert writer.event is not None
+    writer.event = dataclasses.replace(writer.event, delay_us=delay_h * hour)
+    want: dict[int, list[int]] = {}
+    late = 0
+    frontier, top = 0, None
+    with SparkPublisherHost(TOPIC, partitions=2, catalog=cat) as host:
+        sub, got = collect(cat)
+        for b, rows in enumerate(batches):
+            msgs = []
+            for p in range(2):
+                mine = [(h, x) for h, q, x in rows if q == p]
+                by_day: dict[int, list[int]] = {}
+                for h, x in mine:
+                    by_day.setdefault(h // 24, []).append(x)
+                msgs.append(Task(host, b, p, max((h * hour for h, _ in mine), default=None))
+                            .write(by_day))
+            writer.commit(msgs, b)
+            for h, _, x in rows:  # the model
+                if h // 24 < frontier:
+                    late += 1
+                else:
+                    want.setdefault(h // 24, []).append(x)
+            if rows:
+                top = max([h * hour for h, _, _ in rows] + ([top] if top is not None else []))
+            if top is not None:
+                frontier = max(frontier, (top - delay_h * hour) // (24 * hour))
+            assert host.next_epoch() == frontier
+        stats = host.stats()
+    drain(sub, got)
+    sub.close()
+    assert {e: xs for e, xs in got.items() if xs} == {e: sorted(xs) for e, xs in want.items()}
+    assert sum(s.late_rows for s in stats) == late
