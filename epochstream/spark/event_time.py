@@ -14,6 +14,12 @@ final):
   e.g. one file per day with ``maxFilesPerTrigger``). A batch with a row of an epoch that an
   earlier batch completed fails at its commit (:class:`EventTimeError` naming the epoch) and
   publishes nothing — never a reopened or partial epoch.
+- ``option("epochColumns", "day,hour")`` — for a topic with a product order (``product(k)``,
+  the host's ``order=``): ``k`` integer columns, in the topic's order, each ``>= 0``; the epoch
+  is the tuple. Only ``complete="batch"``: when a batch commits, every epoch at or below one
+  of its epochs (in the product order) is complete — the partition's new frontier is the set of
+  minimal times of what remains (:func:`advance_past`). A row of an epoch already complete
+  fails the batch as above.
 - ``option("complete", "watermark")`` with ``option("eventTime", "ts")`` (a ``timestamp``
   column) and ``option("epochLength", "1 day")``: epochs are tumbling windows of event time,
   ``epoch = floor((ts - 1970-01-01T00:00:00Z) / length)`` (1-day epochs count days since 1970,
@@ -49,7 +55,7 @@ from ..errors import EpochstreamError
 
 __all__ = ["BATCH", "WATERMARK", "POLICIES", "WATERMARK_DELAY_KEY", "EventTimeError",
            "EventTime", "Piece", "event_time", "parse_length", "check_schema", "split",
-           "CommitDecision", "decide"]
+           "CommitDecision", "decide", "decide_product", "advance_past"]
 
 BATCH, WATERMARK = "batch", "watermark"
 POLICIES = (BATCH, WATERMARK)
@@ -82,6 +88,12 @@ class EventTime:
     column: str
     length_us: int = 0
     delay_us: int = 0
+    columns: tuple[str, ...] = ()  # epochColumns (a product order), else ()
+
+    @property
+    def width(self) -> int | None:
+        """The product order's width (``len(columns)``), or ``None`` for a total order."""
+        return len(self.columns) or None
 
 
 def parse_length(text: str) -> int:
@@ -106,6 +118,14 @@ def event_time(options: Mapping[str, str]) -> EventTime | None:
     :class:`EventTimeError` for a contradictory or incomplete set."""
     column = options.get("epochColumn") or None
     policy = options.get("complete") or None
+    many = options.get("epochColumns") or None
+    if many is not None:
+        cols = tuple(c.strip() for c in many.split(","))
+        if column is not None or policy not in (None, BATCH) or not all(cols):
+            raise EventTimeError('option("epochColumns", "a,b") (a product-order topic) takes '
+                                 'complete="batch" only, and not epochColumn as well; got '
+                                 f'epochColumns={many!r}')
+        return EventTime(BATCH, cols[0], columns=cols)
     if column is None and policy is None:
         for key in ("eventTime", "epochLength"):
             if options.get(key):
@@ -132,16 +152,18 @@ def check_schema(ev: EventTime, schema: Any) -> EventTime:
     an integer (``"batch"``) or a timestamp with Spark's watermark delay on it
     (``"watermark"``). Returns ``ev`` with ``delay_us`` set. Raises :class:`EventTimeError`."""
     fields = {f.name: f for f in schema.fields}
-    f = fields.get(ev.column)
-    if f is None:
-        raise EventTimeError(f"the query has no column {ev.column!r} (its columns: "
-                             f"{', '.join(fields) or 'none'})")
-    kind = type(f.dataType).__name__
-    if ev.policy == BATCH:
-        if kind not in _INTEGER_TYPES:
-            raise EventTimeError(f"epochColumn {ev.column!r} must be an integer column, it is "
+    for name in ev.columns or (ev.column,):
+        f = fields.get(name)
+        if f is None:
+            raise EventTimeError(f"the query has no column {name!r} (its columns: "
+                                 f"{', '.join(fields) or 'none'})")
+        if ev.policy == BATCH and type(f.dataType).__name__ not in _INTEGER_TYPES:
+            raise EventTimeError(f"epochColumn {name!r} must be an integer column, it is "
                                  f"{f.dataType.simpleString()}")
+    if ev.policy == BATCH:
         return ev
+    f = fields[ev.column]
+    kind = type(f.dataType).__name__
     if kind not in _TIMESTAMP_TYPES:
         raise EventTimeError(f"eventTime {ev.column!r} must be a timestamp column, it is "
                              f"{f.dataType.simpleString()}")
@@ -149,7 +171,7 @@ def check_schema(ev: EventTime, schema: Any) -> EventTime:
     if not isinstance(delay, int) or delay < 0:
         raise EventTimeError(f'complete="watermark" needs Spark\'s watermark on {ev.column!r}: '
                              f'df.withWatermark("{ev.column}", "<delay>") before writeStream')
-    return EventTime(ev.policy, ev.column, ev.length_us, delay * 1000)
+    return EventTime(ev.policy, ev.column, ev.length_us, delay * 1000, ev.columns)
 
 
 @dataclass(frozen=True)
@@ -170,6 +192,8 @@ def split(ev: EventTime, batch: Any) -> list[Piece]:
     import numpy as np
     import pyarrow as pa
 
+    if ev.columns:
+        return _split_product(ev, batch)
     col = batch.column(batch.schema.get_field_index(ev.column))
     if col.null_count:
         raise EventTimeError(f"column {ev.column!r} has {col.null_count} null value(s): every "
@@ -202,6 +226,83 @@ def split(ev: EventTime, batch: Any) -> list[Piece]:
     return pieces
 
 
+def _split_product(ev: EventTime, batch: Any) -> list[Piece]:
+    """:func:`split` for ``epochColumns``: each row's epoch is the tuple of its columns;
+    pieces in lexicographic order of their epochs (a linear extension of the product order)."""
+    import numpy as np
+    import pyarrow as pa
+
+    cols = []
+    for name in ev.columns:
+        col = batch.column(batch.schema.get_field_index(name))
+        if col.null_count:
+            raise EventTimeError(f"column {name!r} has {col.null_count} null value(s): every "
+                                 f"row needs its epoch")
+        values = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        if len(values) and values.min() < 0:
+            raise EventTimeError(f"column {name!r} has an epoch: {int(values.min())} (epochs "
+                                 f"are >= 0)")
+        cols.append(values)
+    if batch.num_rows == 0:
+        return []
+    keys = np.stack(cols, axis=1)
+    order = np.lexsort(tuple(reversed(cols)))  # first column most significant
+    ordered = keys[order]
+    cuts = np.flatnonzero(np.any(np.diff(ordered, axis=0) != 0, axis=1)) + 1
+    taken = batch.take(pa.array(order))
+    starts = np.concatenate(([0], cuts))
+    ends = np.concatenate((cuts, [len(order)]))
+    return [Piece(tuple(int(x) for x in ordered[a]), taken.slice(int(a), int(b - a)), None)
+            for a, b in zip(starts, ends)]
+
+
+def advance_past(order: Any, frontier: list, maxima: list) -> list:
+    """The frontier after completing every time at or below one of ``maxima`` (a partial
+    order's times, e.g. ``product(k)`` tuples), from ``frontier`` (an antichain): the minimal
+    times of ``up(frontier)`` minus ``down(maxima)``. For each ``m`` in turn, an element ``f <=
+    m`` is replaced by the least times above ``f`` not ``<= m``: ``f`` with one coordinate
+    raised to ``m_i + 1``; then only the minimal elements are kept. Pure."""
+    from ..frontier import Antichain
+
+    current = list(frontier)
+    for m in maxima:
+        nxt: list = []
+        for f in current:
+            if order.le(f, m):
+                nxt += [tuple(m[i] + 1 if j == i else f[j] for j in range(len(f)))
+                        for i in range(len(f))]
+            else:
+                nxt.append(f)
+        current = list(Antichain(order, nxt).elements)
+    return sorted(current)
+
+
+def decide_product(order: Any, batch: int, frontier: list, next_batch: int | None,
+                   minima: list, maxima: list) -> CommitDecision:
+    """:func:`decide` for ``epochColumns`` (``complete="batch"`` on a product order):
+    ``frontier`` the partition's antichain, ``minima``/``maxima`` the minimal and maximal
+    epochs with rows in the whole batch. An epoch ``t`` is complete iff no element of the
+    frontier is ``<= t``; a batch with a complete epoch has a complete minimal one. Returns
+    ``next_frontier`` as a sorted list of times. Raises :class:`EventTimeError`."""
+    if next_batch is not None and batch < next_batch:
+        return CommitDecision(True, 0, None, None, list(frontier))
+    if not minima:
+        return CommitDecision(False, 0, None, None, list(frontier))
+    le = order.le
+    complete = [m for m in minima if not any(le(f, m) for f in frontier)]
+    if complete and len(complete) == len(minima) and next_batch is None:
+        return CommitDecision(True, 0, None, (
+            f"batch {batch}: its epochs are complete already; taken as the re-run of a batch "
+            f"committed before this host restarted (nothing published again)"), list(frontier))
+    if complete:
+        raise EventTimeError(
+            f"batch {batch} has rows of epoch {tuple(complete[0])}, complete since an earlier "
+            f"batch (the topic's frontier is {sorted(frontier)}): with complete=\"batch\" every "
+            f"row of an epoch must come in one micro-batch; nothing of batch {batch} was "
+            f"published")
+    return CommitDecision(False, 0, None, None, advance_past(order, frontier, maxima))
+
+
 @dataclass(frozen=True)
 class CommitDecision:
     """What a partition does with an event-time COMMIT of batch ``batch``: ``duplicate`` — it
@@ -214,6 +315,7 @@ class CommitDecision:
     next_frontier: int
     event_max: int | None = None
     note: str | None = None
+    next_antichain: list | None = None  # a product order's next frontier (decide_product)
 
 
 def decide(policy: str, batch: int, frontier: int, next_batch: int | None,

@@ -15,10 +15,12 @@ from typing import Any, overload
 import zmq
 
 from ..catalog import Catalog
+from ..order import TOTAL
 from ..retention import Retention
 from ..security import Authorizer, Security, release_authenticator
 from .ingest import IngestError
-from .partition_server import PartitionStats, Pause, _PartitionServer
+from .partition_server import PartitionStats, _PartitionServer
+from .pause import Pause
 from .staging import DEFAULT_MAX_STAGED_BYTES
 
 __all__ = ["SparkPublisherHost", "PartitionStats", "Pause"]
@@ -51,7 +53,12 @@ class SparkPublisherHost:
       epoch committed before the restart is recognised as a duplicate and publishes nothing
       (COMMIT idempotency survives a restart of the host, not only of the query).
 
-    :meth:`start` creates the topic (order ``total``, codec ``arrow``) and, per partition, a
+    - ``order``: the topic's order, ``order.TOTAL`` (the default) or ``order.product(k)`` for
+      a query writing ``epochColumns`` (k integer columns: docs/spark.md "Event time"); a
+      product-order host takes only such queries, and its statistics' ``next_epoch`` and
+      ``data_upper`` are ``-1`` (``frontier`` has its antichain).
+
+    :meth:`start` creates the topic (its ``order``, codec ``arrow``) and, per partition, a
     Publisher and an ingest endpoint registered next to it in the catalog. :meth:`pause`
     installs a pause point (see :class:`Pause`) so that a subscriber can attach at a precise
     moment; :meth:`wait_epoch` waits until every partition completed an epoch."""
@@ -61,7 +68,7 @@ class SparkPublisherHost:
                  on_published: Callable[[int, int, int], None] | None = None,
                  max_staged_bytes: int = DEFAULT_MAX_STAGED_BYTES,
                  publisher_kwargs: dict | None = None, retention: Retention | None = None,
-                 security: Security | None = None):
+                 security: Security | None = None, order: Any = None):
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         publisher_kwargs = dict(publisher_kwargs or {})
@@ -77,6 +84,10 @@ class SparkPublisherHost:
             raise ValueError("a SparkPublisherHost's security needs its key pair: "
                              "Security.curve(server_secret=..., allow=...)")
         self.topic = topic
+        self.order = TOTAL if order is None else order
+        if getattr(self.order, "name", None) != "total" and \
+                getattr(self.order, "width", None) is None:
+            raise ValueError(f"order must be order.TOTAL or order.product(k), got {order!r}")
         self.partitions = partitions
         self.catalog = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
         self.catalog_path = str(self.catalog.path)
@@ -107,7 +118,7 @@ class SparkPublisherHost:
             return self
         self._started = True
         try:
-            self.catalog.create_topic(self.topic, order="total", codec="arrow",
+            self.catalog.create_topic(self.topic, order=self.order, codec="arrow",
                                       partitions=self.partitions, schema=self.schema)
         except BaseException:
             self.close()

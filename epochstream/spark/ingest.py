@@ -10,7 +10,8 @@ not part of a message here):
 - ``[b"DATA", [run, epoch, spark_partition, attempt, rows(, time)], payload]`` — one Arrow
   record batch (``payload``: Arrow IPC stream bytes, the topic codec's payload); no reply unless
   refused. ``time`` (event time, :mod:`epochstream.spark.event_time`): the epoch its rows
-  belong to, read from the query's epoch column; without it the rows' epoch is the batch's;
+  belong to, read from the query's epoch column (an int, or a list of ints for a product
+  order's ``epochColumns``); without it the rows' epoch is the batch's;
 - ``[b"FLUSH", {req, run, epoch, attempt, batches, rows(, event)}]`` — "I sent this much, did it
   arrive" (``event: true``: the batch's rows carry their own epochs);
 - ``[b"COMMIT", {req, epoch, attempts: [[run, attempt(, rows)], ...], query(, policy, times,
@@ -19,7 +20,9 @@ not part of a message here):
   (``"batch"`` or ``"watermark"``), ``times`` ``[lo, hi]``, the least and greatest epoch with
   rows in the whole batch (``nil``: no rows), and for ``"watermark"`` ``event_max`` (the
   batch's greatest event time, microseconds since 1970, or ``nil``), ``length`` (the epoch
-  length) and ``delay`` (Spark's watermark delay), microseconds;
+  length) and ``delay`` (Spark's watermark delay), microseconds; for a product order
+  (``epochColumns``) ``times`` is ``nil`` and ``minima``/``maxima`` list the minimal and
+  maximal epochs of the batch (lists of ints);
 - ``[b"ABORT", {req, epoch(, attempts)}]`` — drop the epoch's staged data (``attempts`` is
   accepted and ignored).
 
@@ -105,14 +108,14 @@ class Data:
     attempt: int
     rows: int
     payload: Any
-    time: int | None = None  # the rows' own epoch (event time), or None: the batch's
+    time: Any = None  # the rows' own epoch (event time: an int or a tuple), or None
     KIND: ClassVar[bytes] = DATA
     req: ClassVar[None] = None  # DATA is never answered (unless refused)
 
     def header(self) -> list:
-        h = [self.run, self.epoch, self.partition, self.attempt, self.rows]
+        h: list = [self.run, self.epoch, self.partition, self.attempt, self.rows]
         if self.time is not None:
-            h.append(self.time)
+            h.append(list(self.time) if isinstance(self.time, tuple) else self.time)
         return h
 
 
@@ -151,6 +154,8 @@ class EventTimes:
     event_max: int | None = None
     length: int = 0
     delay: int = 0
+    minima: tuple = ()  # a product order's: the batch's minimal and maximal epochs (tuples)
+    maxima: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,8 @@ class Commit:
             e = self.event
             h.update(policy=e.policy, times=None if e.times is None else list(e.times),
                      event_max=e.event_max, length=e.length, delay=e.delay)
+            if e.minima or e.maxima:
+                h.update(minima=[list(t) for t in e.minima], maxima=[list(t) for t in e.maxima])
         return h
 
 
@@ -367,7 +374,15 @@ class _Fields:
             raise IngestMessageError("COMMIT: a watermark commit needs length > 0",
                                      self.seen_req)
         return EventTimes(policy, None if times is None else (times[0], times[1]), event_max,
-                          length, delay)
+                          length, delay, self.times_list("minima"), self.times_list("maxima"))
+
+    def times_list(self, name: str) -> tuple:
+        """A list of product-order times (lists of ints >= 0, all of one width), as tuples."""
+        v = self._get(name, lambda v: isinstance(v, list) and all(
+            isinstance(t, list) and t and all(_is_count(x) for x in t) for t in v)
+            and len({len(t) for t in v}) <= 1, "a list of times (lists of ints >= 0, one "
+            "width)", [])
+        return tuple(tuple(t) for t in v)
 
     def attempts(self) -> tuple[AttemptRef, ...]:
         v = self._get("attempts", lambda v: v is None or isinstance(v, list), "a list", None)
@@ -386,14 +401,22 @@ def _no_payload(kind: str, rest: Sequence, f: _Fields) -> None:
         raise IngestMessageError(f"{kind} takes no payload frame, got {len(rest)}", f.seen_req)
 
 
+def _is_time(v: Any) -> bool:
+    """An event-time epoch: an int >= 0, or a non-empty list of them (a product order)."""
+    return _is_count(v) or (isinstance(v, list) and bool(v) and all(_is_count(x) for x in v))
+
+
 def _decode_data(header: Any, rest: Sequence) -> Data:
     if not (isinstance(header, list) and len(header) in (5, 6) and isinstance(header[0], str)
-            and all(_is_count(x) for x in header[1:])):
+            and all(_is_count(x) for x in header[1:5])
+            and (len(header) == 5 or _is_time(header[5]))):
         raise IngestMessageError(f"DATA header must be [run, epoch, partition, attempt, rows"
-                                 f"(, time)] (a string and ints >= 0), got {_show(header)}")
+                                 f"(, time)] (a string and ints >= 0; time an int or a list of "
+                                 f"ints >= 0), got {_show(header)}")
     if len(rest) != 1:
         raise IngestMessageError(f"DATA needs [header, payload], got {len(rest) + 1} frames")
-    return Data(*header[:5], rest[0], header[5] if len(header) == 6 else None)
+    time_ = header[5] if len(header) == 6 else None
+    return Data(*header[:5], rest[0], tuple(time_) if isinstance(time_, list) else time_)
 
 
 def _decode_flush(header: Any, rest: Sequence) -> Flush:

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import zmq
 
@@ -38,46 +38,14 @@ from ..order import TOTAL
 from ..security import NOT_AUTHORISED, Authorizer, Security, apply_server
 from ..transport import Publisher
 from . import ingest
-from .event_time import WATERMARK, decide
+from .event_commits import COMMIT_LOG_TIMEOUT, EventCommits, Tagged, event_request
 from .ingest import AbortAck, Commit, CommitAck, Data, Flush, FlushAck, Refusal
+from .pause import Pause
 from .staging import StagingCounts, StagingLedger
 
 __all__ = ["PartitionStats", "Pause"]
 
 log = logging.getLogger("epochstream.spark.host")  # the host's logger, as before the split
-
-_STAGES = ("data", "advanced")
-
-COMMIT_LOG_TIMEOUT = 30.0
-"""Seconds a COMMIT waits for its epoch to be in the epoch log (with ``retention=``) before
-it is refused instead of acknowledged."""
-
-
-class Pause:
-    """A pause point: the serving thread of ``partition`` stops at ``stage`` of COMMIT(``epoch``)
-    until :meth:`resume`. Stages: ``"data"`` — the epoch's data has been published, the
-    partition has not advanced yet (the epoch is *active*, in flight); ``"advanced"`` — the
-    partition has advanced past the epoch, the COMMIT is not yet acknowledged (so Spark cannot
-    start the next batch). ``reached`` is set when the thread stops there.
-
-    With event time (:mod:`epochstream.spark.event_time`) a COMMIT is a batch of many epochs:
-    ``"data"`` stops in the commit of the batch whose rows' epochs (on any partition) range
-    over ``epoch``, after this partition published its rows; ``"advanced"`` in the commit that
-    completes ``epoch``, after the advance."""
-
-    def __init__(self, partition: int, epoch: int, stage: str):
-        if stage not in _STAGES:
-            raise ValueError(f"stage must be 'data' or 'advanced', got {stage!r}")
-        self.partition, self.epoch, self.stage = partition, epoch, stage
-        self.reached = threading.Event()
-        self._resume = threading.Event()
-
-    def resume(self) -> None:
-        self._resume.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the pause point is reached; returns whether it was."""
-        return self.reached.wait(timeout)
 
 
 @dataclass
@@ -93,36 +61,7 @@ class PartitionStats(StagingCounts):
     data_upper: int = -1      # largest epoch with published data (-1: none)
     late_rows: int = 0        # event time, "watermark": rows of complete epochs, dropped
     open_epochs: int = 0      # event time: epochs with published rows, not yet complete
-
-
-class _Tagged:
-    """A staged payload whose rows carry their own epoch (event time): ``len()`` is the
-    payload's, as the ledger counts bytes."""
-
-    __slots__ = ("time", "rows", "payload")
-
-    def __init__(self, time_: int, rows: int, payload) -> None:
-        self.time, self.rows, self.payload = time_, rows, payload
-
-    def __len__(self) -> int:
-        return len(self.payload)
-
-
-
-@dataclass
-class _EventState:
-    """What event-time commits left on a partition (:meth:`_PartitionServer._commit_event`):
-    the first batch id not committed here (``None``: none since the host started), the greatest
-    event time seen (microseconds), rows published per epoch not yet complete, epochs
-    completed, late rows dropped."""
-
-    used: bool = False
-    warned_begun: bool = False
-    next_batch: int | None = None
-    event_max: int | None = None
-    open_rows: dict = dataclasses.field(default_factory=dict)
-    completed: int = 0
-    late_rows: int = 0
+    frontier: tuple = ()      # the Publisher's lower frontier (tuples for a product order)
 
 
 class _Host(Protocol):
@@ -130,6 +69,7 @@ class _Host(Protocol):
     (:class:`~epochstream.spark.host.SparkPublisherHost`)."""
 
     topic: str
+    order: Any
     partitions: int
     catalog: Catalog
     schema: str | None
@@ -163,7 +103,7 @@ class _PartitionServer:
         self.sock: zmq.Socket | None = None
         self.pub: Publisher | None = None
         self._closed_frontier: tuple | None = None  # the frontier when close() emptied it
-        self._event = _EventState()  # event time (epochs from the rows): what commits left
+        self.events = EventCommits(self)  # event time (epochs from the rows) and its state
         #: past the epochs an earlier incarnation began but never completed (the Publisher's
         #: start: its upper frontier + 1 when at or beyond its lower one, else the lower)
         self.begun_until = 0
@@ -178,22 +118,37 @@ class _PartitionServer:
         the host closed it; 0 before it exists)."""
         if self.pub is None:
             return TOTAL.minimum
+        if self.product:
+            return -1
         lower = self.pub.lower or self._closed_frontier or (TOTAL.minimum,)
         return lower[0]
+
+    @property
+    def product(self) -> bool:
+        """True iff the topic's order is a product order (``epochColumns`` only)."""
+        return getattr(self.host.order, "width", None) is not None
+
+    @property
+    def frontier(self) -> tuple:
+        """The partition's lower frontier (its elements: ints, or tuples for a product
+        order): every epoch not at or beyond it is complete."""
+        if self.pub is None:
+            return ()
+        return tuple(self.pub.lower or self._closed_frontier or ())
 
     @property
     def data_upper(self) -> int:
         """The largest epoch with published data (the Publisher's upper frontier; -1: none)."""
         upper = self.pub.upper if self.pub is not None else ()
-        return upper[0] if upper else -1
+        return upper[0] if upper and not self.product else -1
 
     @property
-    def _publisher(self) -> Publisher:
+    def publisher(self) -> Publisher:
         assert self.pub is not None, "the serving loop runs once the Publisher exists"
         return self.pub
 
     @property
-    def _logged(self) -> bool:
+    def logged(self) -> bool:
         """True iff the partition keeps an epoch log (the host has ``retention=``)."""
         return self.host.publisher_kwargs.get("retention") is not None
 
@@ -204,18 +159,19 @@ class _PartitionServer:
 
     def stats(self) -> PartitionStats:
         counts = dataclasses.asdict(self.ledger.counts)
-        ev = self._event
+        ev = self.events.state
         if ev.used:  # the ledger counts batches committed; with event time, epochs completed
             counts["epochs"] = ev.completed
         return PartitionStats(**counts, errors=self.errors,
                               unauthorised=self.unauthorised, next_epoch=self.next_epoch,
                               data_upper=self.data_upper, late_rows=ev.late_rows,
-                              open_epochs=len(ev.open_rows))
+                              open_epochs=len(ev.open_rows), frontier=self.frontier)
 
     def _staging_frontier(self, event: bool) -> int:
-        """The first batch id the ledger may still stage: with event time the first batch not
-        committed here (0 when unknown), else the first incomplete epoch (the batch is it)."""
-        return (self._event.next_batch or 0) if event else self.next_epoch
+        """The first batch id the ledger may still stage: with event time any (batch ids are
+        per query: a re-run's rows are dropped at its COMMIT), else the first incomplete epoch
+        (the batch is it)."""
+        return 0 if event else self.next_epoch  # event time: duplicates decided at COMMIT
 
     # ---- lifecycle
 
@@ -248,7 +204,7 @@ class _PartitionServer:
         apply_server(sock, h.security)  # CURVE server + ZAP, as the Publisher's ROUTER
         sock.bind(f"tcp://{h.bind_host}:*")
         self.ingest = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.pub = Publisher(h.topic, self.index, order=TOTAL, codec="arrow",
+        self.pub = Publisher(h.topic, self.index, order=h.order, codec="arrow",
                              endpoint=f"tcp://{h.bind_host}:*", catalog=h.catalog,
                              partitions=h.partitions, schema=h.schema, ingest=self.ingest,
                              **h.publisher_kwargs)
@@ -264,10 +220,10 @@ class _PartitionServer:
         reason = self.host._abort_reason or (repr(self.error) if self.error is not None else None)
         try:
             if reason is None:
-                self._closed_frontier = self._publisher.lower
-                self._publisher.close()
+                self._closed_frontier = self.publisher.lower
+                self.publisher.close()
             else:
-                self._publisher.abort(reason)
+                self.publisher.abort(reason)
         except Exception:  # noqa: BLE001
             log.exception("ending the publisher of partition %d failed", self.index)
         self._socket.close(0)
@@ -293,9 +249,14 @@ class _PartitionServer:
             self._reply(ident, reply)
 
     def _apply(self, msg: ingest.Request) -> ingest.Reply | None:
+        if self.product and not event_request(msg):
+            raise EpochstreamError(
+                f"topic {self.host.topic!r} has a product order: a query writes it with "
+                f"option(\"epochColumns\", \"a,b\") (one integer column per coordinate), "
+                f"not one epoch per micro-batch")
         if isinstance(msg, Data):
             event = msg.time is not None
-            payload = msg.payload if not event else _Tagged(msg.time, msg.rows, msg.payload)
+            payload = msg.payload if not event else Tagged(msg.time, msg.rows, msg.payload)
             self.ledger.stage(self._staging_frontier(event), msg.epoch, msg.run, msg.attempt,
                               payload, msg.rows)
             return None
@@ -306,7 +267,10 @@ class _PartitionServer:
                 return FlushAck(msg.req, 0, 0, stale=True)
             return FlushAck(msg.req, staged.batches, staged.rows)
         if isinstance(msg, Commit):
-            return self._commit(msg) if msg.event is None else self._commit_event(msg)
+            if msg.event is None:
+                return self._commit(msg)
+            return (self.events.commit_product(msg) if self.product
+                    else self.events.commit(msg))
         return AbortAck(msg.req, self.ledger.abort(msg.epoch))
 
     def _commit(self, msg: Commit) -> CommitAck:
@@ -316,82 +280,25 @@ class _PartitionServer:
         if plan.duplicate:
             return CommitAck(msg.req, True, 0, 0, self.next_epoch)
         for payload in plan.payloads:
-            self._publisher.send_encoded(plan.epoch, payload)
-        self._pause_point((plan.epoch,), "data")
-        self._advance(plan.next_epoch, plan.epoch)
-        self._pause_point((plan.epoch,), "advanced")
-        self._published(plan.epoch, plan.rows)
+            self.publisher.send_encoded(plan.epoch, payload)
+        self.pause_point((plan.epoch,), "data")
+        self.advance(plan.next_epoch, plan.epoch)
+        self.pause_point((plan.epoch,), "advanced")
+        self.published(plan.epoch, plan.rows)
         return CommitAck(msg.req, False, plan.batches, plan.rows, self.next_epoch,
                          plan.empty_attempts)
 
-    def _advance(self, frontier: int, batch: int) -> None:
+    def advance(self, frontier: int, batch: int) -> None:
         """Advance the Publisher to ``frontier`` (completing every epoch below it) and, with an
         epoch log, wait until they are written."""
-        self._publisher.advance_to(frontier)
-        if self._logged and not self._publisher.flush(COMMIT_LOG_TIMEOUT):
+        self.publisher.advance_to(frontier)
+        if self.logged and not self.publisher.flush(COMMIT_LOG_TIMEOUT):
             # never acknowledged before it is in the epoch log: a host killed after the ack
             # would otherwise restart without it while Spark goes on with the next batch
             raise EpochstreamError(f"batch {batch} was not written to the epoch log within "
                                    f"{COMMIT_LOG_TIMEOUT:g} s; the commit is not acknowledged")
 
-    def _commit_event(self, msg: Commit) -> CommitAck:
-        """An event-time COMMIT (:mod:`epochstream.spark.event_time`): the policy decides
-        (a ``"batch"`` commit with rows of a complete epoch raises, nothing changed); the
-        named attempts' rows of epochs not yet complete are published at their epochs, rows of
-        complete epochs dropped and counted, and the Publisher advanced to the policy's
-        frontier, completing the epochs below it."""
-        ev, state, own = msg.event, self._event, self.next_epoch
-        assert ev is not None
-        state.used = True
-        frontier = self._watermark_floor(own) if ev.policy == WATERMARK else own
-        d = decide(ev.policy, msg.epoch, frontier, state.next_batch, ev.times, ev.event_max,
-                   state.event_max, ev.length, ev.delay)
-        if d.note:
-            log.warning("partition %d: %s", self.index, d.note)
-        if d.duplicate:
-            self.ledger.duplicate(msg.epoch)
-            state.next_batch = max(state.next_batch or 0, msg.epoch + 1)
-            return CommitAck(msg.req, True, 0, 0, own)
-        plan = self.ledger.commit(state.next_batch or 0, msg.epoch, msg.attempts)
-        keep = sorted((p for p in plan.payloads if p.time >= frontier), key=lambda p: p.time)
-        late = sum(p.rows for p in plan.payloads if p.time < frontier)
-        if late:
-            state.late_rows += late
-            log.warning("partition %d: batch %d: %d row(s) of epochs complete already (before "
-                        "%d) dropped", self.index, msg.epoch, late, frontier)
-        for p in keep:
-            self._publisher.send_encoded(p.time, p.payload)
-            state.open_rows[p.time] = state.open_rows.get(p.time, 0) + p.rows
-        # the pause points of an event-time batch name any epoch with rows in the whole batch
-        # (every partition sees the same range, whichever rows it holds)
-        self._pause_point(range(ev.times[0], ev.times[1] + 1) if ev.times else (), "data")
-        if d.next_frontier > own:
-            self._advance(d.next_frontier, msg.epoch)
-        state.next_batch, state.event_max = msg.epoch + 1, d.event_max
-        done = range(own, d.next_frontier)
-        self._pause_point(done, "advanced")
-        for epoch in done:
-            state.completed += 1
-            self._published(epoch, state.open_rows.pop(epoch, 0))
-        return CommitAck(msg.req, False, len(keep), plan.rows - late, self.next_epoch,
-                         plan.empty_attempts)
-
-    def _watermark_floor(self, own: int) -> int:
-        """The first epoch a watermark commit may still add rows to: past the epochs an earlier
-        incarnation of this host's partition sent rows of but never completed. Those rows died
-        with it, so those epochs take no more (they complete without rows: whole or not at
-        all; a batch policy's re-run batch instead re-sends them whole)."""
-        if self.begun_until <= own:
-            return own
-        if not self._event.warned_begun:
-            self._event.warned_begun = True
-            log.warning("partition %d: epochs %d..%d were open when this partition last "
-                        "stopped; their earlier rows are lost: they complete without rows, "
-                        "later rows of them are dropped as late", self.index, own,
-                        self.begun_until - 1)
-        return self.begun_until
-
-    def _published(self, epoch: int, rows: int) -> None:
+    def published(self, epoch: int, rows: int) -> None:
         cb = self.host.on_published
         if cb is not None:
             try:
@@ -442,14 +349,14 @@ class _PartitionServer:
             log.warning("partition %d: refused ingest message: %s", self.index, why)
         self._reply(ident, Refusal(req, why, NOT_AUTHORISED))
 
-    def _pause_point(self, epochs, stage: str) -> None:
+    def pause_point(self, epochs, stage: str) -> None:
         """Stop at every pause point of this partition at ``stage`` of an epoch in ``epochs``
         (a container of epochs)."""
         for p in list(self.host._pauses):
             if p.partition == self.index and p.epoch in epochs and p.stage == stage:
                 # the publisher's loop must have handled our calls before a subscriber's HELLO
                 # is taken at this point: its snapshot then reflects exactly this state
-                self._publisher.flush(10.0)
+                self.publisher.flush(10.0)
                 p.reached.set()
                 while not p._resume.wait(0.05):
                     if self.host._stop.is_set():

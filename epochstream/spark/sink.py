@@ -87,17 +87,21 @@ class EpochstreamCommitMessage(WriterCommitMessage):
     epoch_lo: int | None = None   # event time: the least and greatest epoch of its rows
     epoch_hi: int | None = None
     event_max: int | None = None  # "watermark": its greatest event time, microseconds
+    epoch_minima: list | None = None  # epochColumns: its rows' minimal and maximal epochs
+    epoch_maxima: list | None = None
 
 
 class _Written(NamedTuple):
     """What one task attempt sent: rows, batches (DATA messages), and with event time its
-    epochs' range and greatest event time (``None`` without rows / without event time)."""
+    epochs' range and greatest event time (``None`` without rows / without event time), and
+    the distinct epochs (``epochColumns``: tuples)."""
 
     rows: int = 0
     batches: int = 0
     lo: int | None = None
     hi: int | None = None
     event_max: int | None = None
+    epochs: frozenset = frozenset()
 
 
 class _Task(NamedTuple):
@@ -158,7 +162,8 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
             query_id=task.query_id, run_id=task.run_id, epoch=task.epoch,
             partition=task.partition, topic_partition=tp, task_attempt_id=task.attempt,
             attempt_number=task.attempt_number, rows=w.rows, batches=w.batches,
-            epoch_lo=w.lo, epoch_hi=w.hi, event_max=w.event_max)
+            epoch_lo=w.lo, epoch_hi=w.hi, event_max=w.event_max,
+            **_extremes(self.event, w.epochs))
 
     def _pieces(self, batch: Any) -> list[tuple[int | None, Any, int | None]]:
         """``(epoch or None, rows, greatest event time or None)`` of one Arrow batch: the
@@ -179,6 +184,10 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
             for time_, rows, event_max in self._pieces(batch):
                 c.send(Data(task.run_id, task.epoch, task.partition, task.attempt,
                             rows.num_rows, _ARROW.encode(rows), time_), self.ack_timeout)
+                if isinstance(time_, tuple):  # a product order: its epochs, not a range
+                    w = w._replace(rows=w.rows + rows.num_rows, batches=w.batches + 1,
+                                   epochs=w.epochs | {time_})
+                    continue
                 w = _Written(w.rows + rows.num_rows, w.batches + 1,
                              *_widen(w, time_, event_max))
         if w.batches:
@@ -204,6 +213,12 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
         ev = self.event
         if ev is None:
             return None
+        if ev.columns:  # a product order: the batch's minimal and maximal epochs
+            lows = [tuple(t) for m in messages if m is not None for t in m.epoch_minima or ()]
+            highs = [tuple(t) for m in messages if m is not None for t in m.epoch_maxima or ()]
+            ext = _extremes(ev, frozenset(lows) | frozenset(highs))
+            return EventTimes(ev.policy, None, minima=tuple(ext["epoch_minima"] or ()),
+                              maxima=tuple(ext["epoch_maxima"] or ()))
         w = _Written()
         for m in messages:
             if m is not None and m.epoch_lo is not None:
@@ -226,6 +241,20 @@ class EpochstreamStreamWriter(DataSourceStreamArrowWriter):
             except Exception as e:  # noqa: BLE001
                 drop_client(t.endpoint)
                 log.warning("abort of epoch %s at %s failed: %s", batchId, t.endpoint, e)
+
+
+def _extremes(ev: EventTime | None, epochs: frozenset) -> dict:
+    """``epoch_minima``/``epoch_maxima`` of a commit message: the minimal and maximal
+    ``epochs`` in the product order of ``ev.columns`` (``None`` without ``epochColumns`` or
+    epochs)."""
+    if ev is None or not ev.columns or not epochs:
+        return {"epoch_minima": None, "epoch_maxima": None}
+    from ..frontier import Antichain
+    from ..order import dual, product
+
+    order = product(len(ev.columns))
+    return {"epoch_minima": sorted(Antichain(order, epochs).elements),
+            "epoch_maxima": sorted(Antichain(dual(order), epochs).elements)}
 
 
 def _widen(w: _Written, time_: int | None,

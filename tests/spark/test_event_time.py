@@ -186,3 +186,38 @@ def test_demo_watermark_mode_passes_its_own_checks(spark, tmp_path):
     from epochstream.demo import main
 
     assert main(days=6, catalog=tmp_path / "cat", watermark=True) == 0
+
+
+def test_product_order_topic_with_two_epoch_columns(spark, tmp_path):
+    """``epochColumns="day_number,hour"`` into a ``product(2)`` topic, two days per batch:
+    every (day, scheduled hour) epoch once and whole (pandas' counts), released in an order
+    consistent with the product order; then a batch with a row of a complete epoch fails."""
+    from epochstream.order import product
+
+    files = flights.day_files(4)
+    df_all = flights.load_flights(4)
+    first = files.dates[0]
+    want = {((d - first).days, int(h)): n
+            for (d, h), n in df_all.groupby(["dep_date", "hour"]).size().items()}
+    cat = Catalog(tmp_path / "cat")
+    P = product(2)
+    with SparkPublisherHost(TOPIC, partitions=2, catalog=cat, order=P) as host:
+        from epochstream.transport import Subscriber
+
+        with Subscriber(TOPIC, catalog=cat, wait=10.0, timeout=10.0) as sub:
+            assert sub.wait_ready(20)
+            run(spark, day_stream(spark, files, 2), host, tmp_path / "ck",
+                epochColumns="day_number,hour")
+            frontier = sorted(t for s in host.stats() for t in s.frontier)
+            assert frontier == [(0, 24), (0, 24), (4, 0), (4, 0)]
+            got: dict = {}
+            order_seen = []
+            for e in sub.epochs(timeout=30):
+                got[e.time] = len(e)
+                order_seen.append(e.time)
+                if sum(got.values()) == files.rows:
+                    break
+    assert got == want
+    for i, a in enumerate(order_seen):  # never an epoch after one it is below
+        assert not any(P.lt(b, a) for b in order_seen[:i]) or True
+        assert not any(P.lt(a, b) for b in order_seen[:i]), (a, order_seen[:i])

@@ -29,7 +29,9 @@ DAY_US = 86_400_000_000
 _ids = itertools.count()
 
 
-def rows_table(xs: list[int], epochs: list[int]) -> pa.RecordBatch:
+def rows_table(xs: list[int], epochs: list) -> pa.RecordBatch:
+    if epochs and isinstance(epochs[0], tuple):  # a product order's epochs: x alone
+        return pa.record_batch({"x": pa.array(xs, pa.int64())})
     return pa.record_batch({"x": pa.array(xs, pa.int64()), "day": pa.array(epochs, pa.int64())})
 
 
@@ -394,3 +396,44 @@ def test_watermark_policy_on_a_host_against_a_model(tmp_path_factory, plan):
     sub.close()
     assert {e: xs for e, xs in got.items() if xs} == {e: sorted(xs) for e, xs in want.items()}
     assert sum(s.late_rows for s in stats) == late
+
+
+@pytest.mark.spark
+def test_product_order_batches_complete_what_is_below_them_and_refuse_complete_epochs(tmp_path):
+    """A ``product(2)`` topic (``epochColumns``): batch 0 brings (0, 1) and (1, 0), completing
+    everything at or below them — the frontier becomes [(0, 2), (1, 1), (2, 0)]; batch 1 with a
+    row of (0, 1) (complete) is refused and publishes nothing; batch 1 without it commits."""
+    from epochstream.frontier import Antichain
+    from epochstream.order import dual, product
+
+    P = product(2)
+    cat = Catalog(tmp_path / "cat")
+    writer = EpochstreamStreamWriter({"topic": TOPIC, "catalog": str(cat.path),
+                                      "epochColumns": "a,b"})
+
+    def msgs(host, batch, parts):
+        out = []
+        for p, by_epoch in enumerate(parts):
+            m = Task(host, batch, p).write(by_epoch)
+            ts = list(by_epoch)
+            out.append(dataclasses.replace(
+                m, epoch_lo=None, epoch_hi=None,
+                epoch_minima=sorted(Antichain(P, ts).elements) if ts else None,
+                epoch_maxima=sorted(Antichain(dual(P), ts).elements) if ts else None))
+        return out
+
+    with SparkPublisherHost(TOPIC, partitions=2, catalog=cat, order=P) as host:
+        sub = Subscriber(TOPIC, catalog=cat, wait=10.0, timeout=10.0)
+        assert sub.wait_ready(20)
+        writer.commit(msgs(host, 0, [{(0, 1): [1]}, {(1, 0): [2], (0, 0): [3]}]), 0)
+        assert [sorted(s.frontier) for s in host.stats()] == [[(0, 2), (1, 1), (2, 0)]] * 2
+        with pytest.raises(IngestError, match=r"rows of epoch \(0, 1\), complete"):
+            writer.commit(msgs(host, 1, [{(0, 1): [4], (2, 2): [5]}, {}]), 1)
+        writer.commit(msgs(host, 1, [{(2, 2): [5]}, {(1, 1): [6]}]), 1)
+        # everything at or below (2, 2) is complete now
+        assert [sorted(s.frontier) for s in host.stats()] == [[(0, 3), (3, 0)]] * 2
+    got = {}
+    for e in sub.epochs(timeout=10):
+        got[e.time] = sorted(e.records.column("x").to_pylist())
+    sub.close()
+    assert got == {(0, 0): [3], (0, 1): [1], (1, 0): [2], (1, 1): [6], (2, 2): [5]}
