@@ -134,3 +134,26 @@ def test_watermark_policy_model(maxima, delay):
         want = 0 if top is None else max(0, (top - delay) // DAY)
         assert d.next_frontier == max(frontier, want) >= frontier
         frontier, seen = d.next_frontier, d.event_max
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=1, max_size=4),
+       st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=3))
+def test_advance_past_completes_exactly_what_is_below_the_batch(starts, maxima):
+    """On a 7x7 grid of product(2) times: after ``advance_past(F, M)``, a time is complete
+    (no frontier element <= it) iff it was complete before or is <= some m in M; the result
+    is an antichain."""
+    from epochstream.frontier import Antichain
+    from epochstream.order import product
+
+    from epochstream.spark.event_time import advance_past
+
+    P = product(2)
+    before = sorted(Antichain(P, starts).elements)
+    after = advance_past(P, before, maxima)
+    assert sorted(Antichain(P, after).elements) == after
+    for a in range(7):
+        for b in range(7):
+            t = (a, b)
+            was = not any(P.le(f, t) for f in before)
+            now = not any(P.le(f, t) for f in after)
+            assert now == (was or any(P.le(t, m) for m in maxima)), (t, before, maxima, after)
