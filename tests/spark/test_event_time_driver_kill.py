@@ -27,12 +27,30 @@ def _query(files, cat, ck, days_per_batch: int, **extra) -> dict:
                 checkpoint=str(ck), **extra)
 
 
-def test_batch_policy_driver_killed_mid_commit(tmp_path_factory, tmp_path):
-    """Two days per batch (epochs 0-1, 2-3, 4-5, 6-7). The host holds COMMIT of batch 2 on
-    partition 0 after publishing its rows, before completing epochs 4-5; the driver is killed
-    there. The host then finishes the commit (the epochs complete, whole); Spark never
-    recorded it, so the new driver re-runs batch 2: a duplicate on both partitions, nothing
-    published twice; batch 3 follows."""
+def test_driver_killed_under_each_policy_and_restarted(tmp_path_factory, tmp_path):
+    """Both policies, one after the other, on three drivers (a driver's start-up is most of
+    the cost; the second one serves both policies):
+
+    1. ``"batch"``, two days per batch (epochs 0-1, 2-3, 4-5, 6-7). The host holds COMMIT of
+       batch 2 on partition 0 after publishing its rows, before completing epochs 4-5; driver 1
+       is killed there. The host then finishes the commit (the epochs complete, whole); Spark
+       never recorded it, so driver 2 re-runs batch 2: a duplicate on both partitions, nothing
+       published twice; batch 3 follows.
+    2. ``"watermark"``, two days per batch under a 1-hour watermark. Batch 1's first task hands
+       over rows (the host stages them) and hangs; driver 2 is killed there. Batch 0 completed
+       day 0 only (day 1 is open: its last departures are within the delay); the killed run's
+       staged rows are never published. Driver 3 re-runs batch 1 under a new run id: every day
+       once, whole (the last one when the host closes)."""
+    second = _batch_policy_killed_mid_commit(tmp_path_factory, tmp_path / "batch")
+    try:
+        _watermark_policy_killed_between_stage_and_commit(tmp_path_factory,
+                                                          tmp_path / "watermark", second)
+    finally:
+        second.close()
+
+
+def _batch_policy_killed_mid_commit(tmp_path_factory, tmp_path) -> Driver:
+    """Part 1 (see the test); returns driver 2, alive."""
     files = flights.day_files(8)
     cat = Catalog(tmp_path / "cat")
     query = _query(files, cat, tmp_path / "ck", 2, first_date=str(files.dates[0]),
@@ -54,21 +72,20 @@ def test_batch_policy_driver_killed_mid_commit(tmp_path_factory, tmp_path):
         second = Driver("local[2]", tmp_path_factory.mktemp("driver-2"))
         try:
             assert second.call("sink", **query)["batches"] == [2, 3]  # batch 2 re-ran
-        finally:
+        except BaseException:
             second.close()
+            raise
         stats = host.stats()
     sub.join()
     check_whole(sub.epochs, files)
     assert [s.duplicates for s in stats] == [1, 1], stats
     assert sum(s.rows for s in stats) == files.rows
+    return second
 
 
-def test_watermark_policy_driver_killed_between_stage_and_commit(tmp_path_factory, tmp_path):
-    """Two days per batch under a 1-hour watermark. Batch 1's first task hands over rows (the
-    host stages them) and hangs; the driver is killed there. Batch 0 completed day 0 only
-    (day 1 is open: its last departures are within the delay); the killed run's staged rows
-    are never published. The new driver re-runs batch 1 under a new run id: every day once,
-    whole (the last one when the host closes)."""
+def _watermark_policy_killed_between_stage_and_commit(tmp_path_factory, tmp_path,
+                                                      driver: Driver) -> None:
+    """Part 2 (see the test): ``driver`` is killed, a third one restarts the query."""
     files = flights.day_files(6, files_per_day=1)
     first_day = (files.dates[0] - dt.date(1970, 1, 1)).days
     cat = Catalog(tmp_path / "cat")
@@ -77,25 +94,21 @@ def test_watermark_policy_driver_killed_between_stage_and_commit(tmp_path_factor
                    options={"complete": "watermark", "eventTime": "ts", "epochLength": "1 day"})
     with SparkPublisherHost(TOPIC, partitions=2, catalog=cat) as host:
         sub = Collector(cat)
-        first = Driver("local[2]", tmp_path_factory.mktemp("driver-1"))
-        try:
-            first.send("sink_held", hold_batch=1, hold_file=str(held), **query)
-            deadline = time.monotonic() + 120
-            while not held.exists():
-                assert time.monotonic() < deadline and first.proc.poll() is None, first.tail()
-                time.sleep(0.1)
-            wait_until(lambda: host.staged_bytes() > 0, 30, "rows of batch 1 to be staged")
-            assert host.next_epoch() == first_day + 1
-            first.kill()
-        finally:
-            first.close()
+        driver.send("sink_held", hold_batch=1, hold_file=str(held), **query)
+        deadline = time.monotonic() + 120
+        while not held.exists():
+            assert time.monotonic() < deadline and driver.proc.poll() is None, driver.tail()
+            time.sleep(0.1)
+        wait_until(lambda: host.staged_bytes() > 0, 30, "rows of batch 1 to be staged")
+        assert host.next_epoch() == first_day + 1
+        driver.kill()
         time.sleep(1.0)
         assert sub.delivered() == [first_day]
-        second = Driver("local[2]", tmp_path_factory.mktemp("driver-2"))
+        third = Driver("local[2]", tmp_path_factory.mktemp("driver-3"))
         try:
-            assert second.call("sink", **query)["batches"] == [1, 2]
+            assert third.call("sink", **query)["batches"] == [1, 2]
         finally:
-            second.close()
+            third.close()
         stats = host.stats()
         left = host.staged_bytes()
     sub.join()
