@@ -104,8 +104,10 @@ def main(days: int = 365, host: str = "127.0.0.1", catalog: str | os.PathLike[st
     # what to add to a command run from this shell to reach the same catalog
     same_catalog = "" if catalog is None else f" --catalog {shlex.quote(str(cat.path))}"
     run = _Run(console, cat, files, workdir, pace, t_setup, same_catalog, master)
-    # at least four batches, so that the join points fall into different batches
+    # at least four batches, so that the join points fall into different batches; paced: one
+    # day per batch, so that the epochs complete one at a time, pace seconds apart
     run.days_per_batch = (None if days_per_batch is None
+                          else 1 if pace > 0
                           else max(1, min(int(days_per_batch), files.days // 4)))
     if watermark:
         run.watermark, run.days_per_batch = True, None

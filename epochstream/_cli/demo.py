@@ -30,7 +30,8 @@ def demo(
     pace: float = typer.Option(0.0, "--pace", min=0.0, max=60.0, metavar="SECONDS",
                                show_default=False,
                                help="Sleep SECONDS after each epoch, so that you can attach "
-                                    "by hand (default: 0, full speed)."),
+                                    "by hand (one day per micro-batch then; default: 0, full "
+                                    "speed)."),
     host: str = typer.Option("127.0.0.1", "--host", "--endpoint-host", metavar="HOST",
                              help="Interface the publishers bind to."),
     catalog: Optional[str] = typer.Option(
