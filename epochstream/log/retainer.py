@@ -136,6 +136,14 @@ class Retainer:
         self.leases = taken
         return sorted(taken)
 
+    def renew(self) -> None:
+        """Renew every lease taken, if due (between runs: call at least every third of
+        ``lease``); raises :class:`~epochstream.errors.PartitionHeld` for a lease lost."""
+        for p, lease in sorted(self.leases.items()):
+            if not lease.held():
+                raise PartitionHeld(f"topic {self.topic!r} partition {p}: the retention lease "
+                                    f"was lost to {lease.other or 'nobody (the catalog failed)'}")
+
     def release(self) -> None:
         """Give up every lease taken."""
         for lease in self.leases.values():

@@ -93,3 +93,196 @@ def test_the_network_catalog_grants_the_lease(tmp_path):
                                              "max_epochs": 3}
         assert cat.retention_release("t", 0, "a")
         cat.close()
+
+
+# ---- epochstream retention run: real processes ------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+import threading  # noqa: E402
+
+from epochstream import History, Retention, Publisher  # noqa: E402
+from epochstream.errors import HistoryUnavailable  # noqa: E402
+from peer_processes import kill, read_until  # noqa: E402
+
+PEER = str(Path(__file__).with_name("store_peer.py"))
+
+
+def peer(*args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, PEER, *map(str, args)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+
+
+def retention_run(cat, topic, *args, wait=True):
+    cmd = [sys.executable, "-m", "epochstream", "retention", "run", topic, "--catalog", str(cat),
+           *map(str, args)]
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def store_objects(root: Path) -> set:
+    return {str(p.relative_to(root)) for p in root.rglob("*.eslog")}
+
+
+def indexed(cat, topic) -> set:
+    return {g.object for g in cat.history_state(topic, 0).segments if g.object}
+
+
+def closed_log(tmp_path, epochs=8, store=None, **limits) -> tuple:
+    """A closed topic ``t`` whose log has one sealed segment per epoch in a file:// store (or
+    ``store``), all uploaded; its publisher recorded ``limits`` (default: none at all)."""
+    cat = Catalog(tmp_path / "cat")
+    store = store or f"file://{tmp_path / 'shared'}"
+    limits = {"max_bytes": None, "max_age": None, **limits}
+    with Publisher("t", catalog=cat, retention=Retention(
+            dir=tmp_path / "logs", store=store, segment_bytes=4096, **limits)) as pub:
+        for t in range(epochs):
+            pub.send(t, [{"t": t, "i": 0, "pad": "x" * 5000}])
+            pub.advance_to(t + 1)
+    pub.join(30)
+    return cat, store
+
+
+def test_retention_run_applies_the_recorded_limits_index_then_store(tmp_path):
+    """A closed topic: the runner applies the limits its publisher recorded (max_age), the
+    index rows and the objects go, the store keeps exactly the indexed objects, a reader gets
+    the rest whole; without limits recorded or given it refuses (status 2), an unknown topic
+    too."""
+    cat, _ = closed_log(tmp_path, max_age=1.0)
+    assert cat.retention_limits("t") == {"max_bytes": None, "max_age": 1.0, "max_epochs": None}
+    root = tmp_path / "shared"
+    assert len(store_objects(root)) == 8 and store_objects(root) == indexed(cat, "t")
+    time.sleep(1.2)
+    p = retention_run(tmp_path / "cat", "t")
+    assert p.returncode == 0, p.stderr
+    assert "t partition 0: " in p.stdout and "deleted from the index" in p.stdout, p.stdout
+    left = indexed(cat, "t")
+    assert store_objects(root) == left and len(left) < 8
+    times = [e.time for e in History("t", catalog=cat, source="store").epochs()]
+    assert times == list(range(8 - len(times), 8))
+    assert cat.retention_acquire("t", 0, "after", lease=30)[0]  # released at the end
+    cat.retention_release("t", 0, "after")
+    p = retention_run(tmp_path / "cat", "nope")
+    assert p.returncode == 2 and "unknown topic 'nope'" in p.stderr, p.stderr
+    cat.retention_record("t", {"max_bytes": None, "max_age": None, "max_epochs": None})
+    p = retention_run(tmp_path / "cat", "t")
+    assert p.returncode == 2 and "no retention limits recorded" in p.stderr, p.stderr
+    p = retention_run(tmp_path / "cat", "t", "--once", "--interval", 1)
+    assert p.returncode == 2 and "exclude each other" in p.stderr, p.stderr
+
+
+def test_a_live_publisher_holds_the_lease_and_the_runner_refuses(tmp_path):
+    """While the topic's publisher runs (another process) the runner is refused, status 1,
+    naming the holder, nothing deleted; once the publisher is killed -9 on this host its lease
+    is gone at once and the runner applies the limits given as options."""
+    cat, store = closed_log(tmp_path)
+    before = cat.history_state("t", 0)
+    pub = peer("publish", tmp_path / "cat", "t", store, "--dir", tmp_path / "logs",
+               "--first", 8, "--last", 9, "--keep-all")
+    try:
+        read_until(pub, "hanging")
+        p = retention_run(tmp_path / "cat", "t", "--max-epochs", 2)
+        assert p.returncode == 1, p.stderr
+        assert "the retention lease is held by publisher:" in p.stderr, p.stderr
+        assert cat.history_state("t", 0).segments[0] == before.segments[0]
+    finally:
+        kill(pub)
+    p = retention_run(tmp_path / "cat", "t", "--max-epochs", 2)
+    assert p.returncode == 0, p.stderr
+    assert [e.time for e in History("t", catalog=cat).epochs()][-1] == 8
+
+
+def test_a_runner_and_a_publisher_race_for_the_lease_one_deletes(tmp_path):
+    """A runner (``--max-epochs 3``) and a publisher (max_epochs=3, which applies it when it
+    opens the log) start at once on a closed log of 8 epochs: exactly one deletes — the other
+    is refused while the first holds the lease (the runner: status 1; the publisher leaves
+    retention to the holder), or comes after it and finds nothing beyond the limits — and the
+    store ends with exactly the indexed objects."""
+    cat, store = closed_log(tmp_path)
+    pub = peer("publish", tmp_path / "cat", "t", store, "--dir", tmp_path / "logs", "--first",
+               8, "--last", 8, "--max-epochs", 3, "--keep-all", "--end", "close")
+    run = retention_run(tmp_path / "cat", "t", "--max-epochs", 3, wait=False)
+    r_out, r_err = run.communicate(timeout=60)
+    p_out, p_err = pub.communicate(timeout=60)
+    assert pub.returncode == 0 and "closed" in p_out, p_err
+    runner_deleted = run.returncode == 0 and "deleted from the index" in r_out
+    publisher_deleted = "retention deleted" in p_err
+    if run.returncode == 1:
+        assert "the retention lease is held by publisher:" in r_err, r_err
+    else:
+        assert run.returncode == 0, r_err
+    assert runner_deleted != publisher_deleted, (r_out, r_err, p_err)
+    assert len(indexed(cat, "t")) == 3
+    assert store_objects(tmp_path / "shared") == indexed(cat, "t")
+
+
+def _reader(cat, stop, seen, bad):
+    while not stop.is_set():
+        try:
+            for e in History("t", catalog=cat, source="store").epochs():
+                ok = all(r["t"] == e.time and len(r["pad"]) == 5000 for r in e.records)
+                seen.append(e.time) if ok and e.records else bad.append(e.time)
+        except HistoryUnavailable:
+            seen.append("unavailable")
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            bad.append(repr(e))
+
+
+def test_a_runner_killed_mid_deletion_leaves_objects_the_next_one_removes(weed, tmp_path):
+    """On SeaweedFS: a runner killed -9 as soon as its trim reached the index leaves every
+    indexed object in place (index rows first, objects after); a concurrent History reader
+    never gets part of an epoch; the next runner takes the dead runner's lease at once and
+    deletes the objects left behind. Then, deterministically, the state a runner killed exactly
+    between the two steps leaves (index trimmed by a holder that died, objects all there) is
+    cleaned the same way."""
+    import uuid
+
+    store = weed.uri(f"lease/{uuid.uuid4().hex[:8]}")
+    cat, _ = closed_log(tmp_path, epochs=24, store=store)
+    fs = weed.filesystem()
+    bucket_root = store.split("://", 1)[1].split("?", 1)[0]
+
+    def objects() -> set:
+        import pyarrow.fs as pafs
+        sel = pafs.FileSelector(bucket_root, recursive=True, allow_not_found=True)
+        return {i.path[len(bucket_root) + 1:] for i in fs.get_file_info(sel)
+                if i.path.endswith(".eslog")}
+
+    assert objects() == indexed(cat, "t") and len(objects()) == 24
+    stop, seen, bad = threading.Event(), [], []
+    reader = threading.Thread(target=_reader, args=(cat, stop, seen, bad), daemon=True)
+    reader.start()
+    env = {**os.environ, **weed.env()}
+    run = subprocess.Popen([sys.executable, "-m", "epochstream", "retention", "run", "t",
+                            "--catalog", str(tmp_path / "cat"), "--max-epochs", "12"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 30
+    while cat.history_state("t", 0).since == (0,) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    run.send_signal(signal.SIGKILL)
+    run.wait(10)
+    assert indexed(cat, "t") <= objects()  # no indexed object deleted before its row
+    left = len(objects() - indexed(cat, "t"))  # (12 here: killed right after the trim)
+    again = subprocess.run([sys.executable, "-m", "epochstream", "retention", "run", "t",
+                            "--catalog", str(tmp_path / "cat"), "--max-epochs", "12"],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert f"{left} left-over object(s)" in again.stdout or left == 0, again.stdout
+    assert objects() == indexed(cat, "t")
+    # the state exactly between the two steps: a holder (dead now) trimmed the index only
+    dead = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert cat.retention_acquire("t", 0, "doomed", lease=600, pid=dead.pid)[0]
+    state = cat.history_state("t", 0)
+    cat.history_trim("t", 0, state.segments[4].seq, "doomed")
+    kill(dead)
+    assert len(objects() - indexed(cat, "t")) == 4
+    again = subprocess.run([sys.executable, "-m", "epochstream", "retention", "run", "t",
+                            "--catalog", str(tmp_path / "cat"), "--max-epochs", "12"],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert "4 left-over object(s)" in again.stdout, again.stdout
+    assert objects() == indexed(cat, "t")
+    stop.set()
+    reader.join(30)
+    assert not bad, bad
+    assert seen
