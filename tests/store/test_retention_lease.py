@@ -286,3 +286,25 @@ def test_a_runner_killed_mid_deletion_leaves_objects_the_next_one_removes(weed, 
     reader.join(30)
     assert not bad, bad
     assert seen
+
+
+def test_retention_run_with_an_interval_holds_the_lease_until_sigterm(tmp_path):
+    """``--interval``: the runner applies the age limit as epochs age while it runs, keeps the
+    lease (renewed every third of ``--lease``) against another runner, and releases it at
+    SIGTERM (status 0)."""
+    cat, _ = closed_log(tmp_path, max_age=1.0)
+    run = retention_run(tmp_path / "cat", "t", "--interval", 0.2, "--lease", 0.9, wait=False)
+    try:
+        deadline = time.monotonic() + 20
+        while len(indexed(cat, "t")) == 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(indexed(cat, "t")) < 8
+        time.sleep(1.0)  # past one lease: renewed meanwhile
+        other = retention_run(tmp_path / "cat", "t")
+        assert other.returncode == 1 and "held by retention-run:" in other.stderr, other.stderr
+    finally:
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=30)
+    assert run.returncode == 0, err
+    assert store_objects(tmp_path / "shared") == indexed(cat, "t")
+    assert cat.retention_acquire("t", 0, "next", lease=30)[0]
