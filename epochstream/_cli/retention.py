@@ -23,7 +23,8 @@ RETENTION_STATUS_HELP = (
     "  0    done (--interval: stopped by SIGINT or SIGTERM)\n"
     "  1    refused: a live publisher or another runner holds a partition's\n"
     "       retention lease (or it was lost); a store that could not be cleaned\n"
-    "  2    bad usage; no catalog at the path; unknown topic; no limits\n"
+    "  2    bad usage; no catalog at the path; unknown topic; no limits; a topic\n"
+    "       that keeps no epoch log\n"
 )
 
 app = new_app(
@@ -109,7 +110,9 @@ def retention_run(
         limits = limits_for(cat.retention_limits(topic), max_age=max_age,
                             max_bytes=max_bytes, max_epochs=max_epochs)
         retainer = Retainer(cat, topic, Retention(**limits), lease=lease)
-        retainer.acquire()
+        if not retainer.acquire():
+            raise fail(f"topic {topic!r} keeps no epoch log: nothing to apply retention to",
+                       EXIT_USAGE)
     try:
         with exit_on_errors(cat), interruptible(), until_signal() as stop:
             failed = _serve(retainer, topic, interval, lease, stop)

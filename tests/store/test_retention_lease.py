@@ -34,6 +34,9 @@ def test_the_lease_has_one_holder_until_it_lapses(catalog_location):
     assert cat.retention_acquire("t", 0, "b", lease=30) == (True, "b")  # lapsed: taken
     assert not cat.retention_acquire("t", 0, "a", lease=0.5)[0]
     assert not cat.retention_release("t", 0, "a") and cat.retention_release("t", 0, "b")
+    assert cat.retention_acquire("t", 0, "b", lease=30)[0]
+    cat.drop_topic("t")  # the lease and the limits go with the topic
+    _log(cat)
     assert cat.retention_acquire("t", 0, "a", lease=30)[0]
     assert cat.retention_acquire("nope", 0, "a", lease=30) == \
         (False, "nobody: the topic does not exist")
@@ -169,6 +172,9 @@ def test_retention_run_applies_the_recorded_limits_index_then_store(tmp_path):
     assert p.returncode == 2 and "no retention limits recorded" in p.stderr, p.stderr
     p = retention_run(tmp_path / "cat", "t", "--once", "--interval", 1)
     assert p.returncode == 2 and "exclude each other" in p.stderr, p.stderr
+    cat.create_topic("bare")
+    p = retention_run(tmp_path / "cat", "bare", "--max-epochs", 1)
+    assert p.returncode == 2 and "keeps no epoch log" in p.stderr, p.stderr
 
 
 def test_a_live_publisher_holds_the_lease_and_the_runner_refuses(tmp_path):
