@@ -8,12 +8,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from epochstream import Catalog
-from epochstream.errors import Fenced
+from epochstream import Catalog, History, Publisher, Retention
+from epochstream.errors import Fenced, HistoryUnavailable
+from peer_processes import kill, read_until
 
 
 def _log(cat, topic="t"):
@@ -95,17 +98,25 @@ def test_the_network_catalog_grants_the_lease(tmp_path):
         assert cat.retention_limits("t") == {"max_bytes": None, "max_age": None,
                                              "max_epochs": 3}
         assert cat.retention_release("t", 0, "a")
+        # the runner through the service: the index trimmed there, the objects here
+        store = f"file://{tmp_path / 'shared'}"
+        with Publisher("net", catalog=cat, retention=Retention(
+                dir=tmp_path / "logs", store=store, segment_bytes=4096, max_bytes=None,
+                max_age=None)) as pub:
+            for t in range(4):
+                pub.send(t, [{"t": t, "i": 0, "pad": "x" * 5000}])
+                pub.advance_to(t + 1)
+        pub.join(30)
+        p = subprocess.run([sys.executable, "-m", "epochstream", "retention", "run", "net",
+                            "--catalog", srv.endpoint, "--max-epochs", "1"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert "3 segment(s) deleted from the index, 3 object(s)" in p.stdout, p.stdout
+        assert store_objects(tmp_path / "shared") == indexed(cat, "net")
         cat.close()
 
 
 # ---- epochstream retention run: real processes ------------------------------------------------
-
-from pathlib import Path  # noqa: E402
-import threading  # noqa: E402
-
-from epochstream import History, Retention, Publisher  # noqa: E402
-from epochstream.errors import HistoryUnavailable  # noqa: E402
-from peer_processes import kill, read_until  # noqa: E402
 
 PEER = str(Path(__file__).with_name("store_peer.py"))
 
