@@ -325,3 +325,27 @@ def test_retention_run_with_an_interval_holds_the_lease_until_sigterm(tmp_path):
     assert run.returncode == 0, err
     assert store_objects(tmp_path / "shared") == indexed(cat, "t")
     assert cat.retention_acquire("t", 0, "next", lease=30)[0]
+
+
+def test_a_publisher_without_the_lease_deletes_nothing(tmp_path, caplog):
+    """Another live holder has the lease (here: a runner of this process): the publisher
+    applies no limit — no index row, no object, no file goes — and says who holds it; it
+    records its limits all the same."""
+    import logging
+
+    cat = Catalog(tmp_path / "cat")
+    cat.create_topic("t")
+    cat.history_begin("t", 0, str(tmp_path / "logs" / "t" / "0"), [0], [])
+    assert cat.retention_acquire("t", 0, "retention-run:other", lease=30)[0]
+    caplog.set_level(logging.INFO, logger="epochstream.history")
+    with Publisher("t", catalog=cat, retention=Retention(
+            dir=tmp_path / "logs", store=f"file://{tmp_path / 'shared'}", segment_bytes=4096,
+            max_epochs=2)) as pub:
+        for t in range(6):
+            pub.send(t, [{"t": t, "i": 0, "pad": "x" * 5000}])
+            pub.advance_to(t + 1)
+    pub.join(30)
+    assert [e.time for e in History("t", catalog=cat).epochs()] == list(range(6))
+    assert len(indexed(cat, "t")) == 6 == len(store_objects(tmp_path / "shared"))
+    assert "the retention lease is held by retention-run:other" in caplog.text
+    assert cat.retention_limits("t")["max_epochs"] == 2
