@@ -15,7 +15,10 @@ which no open epoch has records in it, so every epoch lives in exactly one segme
 a segment removes whole epochs. Retention
 (:func:`~epochstream.retention.segments_to_delete`) then deletes the oldest whole segments: at
 each commit, when a log is opened, and, for the age limit, when the publisher's loop calls
-:meth:`LogWriter.expire` while it commits nothing (an idle publisher).
+:meth:`LogWriter.expire` while it commits nothing (an idle publisher) — only while the writer
+holds the partition's retention lease (:class:`~epochstream.log.retainer.RetentionLease`:
+taken at :meth:`LogWriter.open`, renewed as it commits, released at :meth:`LogWriter.close`;
+the limits are recorded in the catalog for ``epochstream retention run``).
 
 A new publisher on a partition whose logged stream *finished* (closed: empty lower frontier)
 continues the same log with later epochs (the publisher decides where it starts: after the
