@@ -310,13 +310,13 @@ def test_retention_run_with_an_interval_holds_the_lease_until_sigterm(tmp_path):
     lease (renewed every third of ``--lease``) against another runner, and releases it at
     SIGTERM (status 0)."""
     cat, _ = closed_log(tmp_path, max_age=1.0)
-    run = retention_run(tmp_path / "cat", "t", "--interval", 0.2, "--lease", 0.9, wait=False)
+    run = retention_run(tmp_path / "cat", "t", "--interval", 0.2, "--lease", 2, wait=False)
     try:
         deadline = time.monotonic() + 20
         while len(indexed(cat, "t")) == 8 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(indexed(cat, "t")) < 8
-        time.sleep(1.0)  # past one lease: renewed meanwhile
+        time.sleep(2.2)  # past one lease: renewed meanwhile
         other = retention_run(tmp_path / "cat", "t")
         assert other.returncode == 1 and "held by retention-run:" in other.stderr, other.stderr
     finally:
