@@ -21,6 +21,10 @@ Commands (``epochstream COMMAND --help`` for each):
   show one with every leased unit, re-activate a stopped one, delete.
 - ``epochstream drop TOPIC [--force]`` — delete a topic from the catalog, its durable
   subscriptions, consumer groups and epoch logs.
+- ``epochstream retention run TOPIC [--once | --interval S] [--max-age S] [--max-bytes N]
+  [--max-epochs N]`` — apply a topic's retention limits (recorded by its publishers) to its
+  index and object store while holding its retention lease, for a topic with no running
+  publisher (:mod:`epochstream._cli.retention`).
 - ``epochstream catalog serve [--db PATH] [--bind tcp://HOST:PORT]`` — run the network catalog
   (:mod:`epochstream.catalog.server`) until SIGINT/SIGTERM.
 - ``epochstream keys generate DIR NAME``, ``grant add|revoke|ls`` — CURVE key pairs and the
@@ -54,7 +58,7 @@ import typer
 
 from . import __version__
 from ._cli import (catalog, dashboard, demo, drop, durable, grants, groups, history, keys,
-                   observe, relay, tail, topics)
+                   observe, relay, retention, tail, topics)
 # EXIT_CLOSED and EXIT_UNKNOWN_TOPIC (both EXIT_USAGE) stay importable from here for callers of
 # earlier versions
 from ._cli.output import (EXIT_CLOSED, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK,  # noqa: F401
@@ -97,7 +101,8 @@ def _assemble() -> None:
     short help."""
     for module in (topics, tail, history, drop, observe, dashboard, relay, demo):
         app.registered_commands.extend(module.commands.registered_commands)
-    for sub_app in (durable.app, groups.app, catalog.app, keys.app, grants.app, observe.app):
+    for sub_app in (durable.app, groups.app, retention.app, catalog.app, keys.app, grants.app,
+                    observe.app):
         app.add_typer(sub_app)
 
 

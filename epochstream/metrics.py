@@ -32,7 +32,9 @@ password redacted -- and ``topic``, then ``partition``, ``name`` or ``group``):
   antichain's width, label ``frontier`` = ``lower``/``upper``). An empty upper frontier (no data
   yet) has no sample; the lower frontier exists only for partitions with an epoch log.
 - ``epochstream_partition_state{state}`` (1 for the partition's state), ``…_generation``,
-  ``…_run``, ``epochstream_partition_retained_epochs``, ``…_retained_bytes``.
+  ``…_run``, ``epochstream_partition_retained_epochs``, ``…_retained_bytes``; with an
+  object store, ``epochstream_partition_store_bytes`` and
+  ``epochstream_partition_upload_backlog_segments``.
 - ``epochstream_durable_lag_epochs``, ``epochstream_durable_lag_seconds``,
   ``epochstream_durable_last_ack_timestamp_seconds``, ``epochstream_durable_status{status}``,
   ``epochstream_durable_expired``.
@@ -130,6 +132,13 @@ def _partition_families(c: str, t: TopicReport, gauge) -> None:
                   ["topic", "partition"]).add_metric(lab, float(p.retained))
             gauge("epochstream_partition_retained_bytes", "Bytes of the partition's epoch log "
                   "segments", ["topic", "partition"]).add_metric(lab, float(p.retained_bytes or 0))
+        if p.store_bytes is not None:
+            gauge("epochstream_partition_store_bytes", "Bytes of the partition's epoch log "
+                  "objects in its object store", ["topic", "partition"]
+                  ).add_metric(lab, float(p.store_bytes))
+            gauge("epochstream_partition_upload_backlog_segments", "Sealed segments of the "
+                  "partition's epoch log not in its object store yet", ["topic", "partition"]
+                  ).add_metric(lab, float(p.upload_backlog or 0))
         for which, frontier in (("upper", p.upper), ("lower", p.lower)):
             if frontier is None:
                 continue

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .catalog import Catalog
+from .catalog.history_records import store_usage
 from .errors import EpochstreamError
 from .frontier import Antichain
 from .lag import LagWindow, Sample, evaluate, lag
@@ -40,7 +41,10 @@ class PartitionReport:
     last indexed, a tuple of times, ``()`` once finished; ``None`` without a log), ``retained``
     (epochs in its log), ``retained_bytes`` (bytes of its log's segments), ``since`` (the
     earliest retained position; ``None`` without a log), ``updated_at`` (``time.time()`` of
-    the last registration, heartbeat or frontier write)."""
+    the last registration, heartbeat or frontier write); with an object store
+    (``Retention(store=...)``), ``store_bytes`` (bytes of its indexed objects) and
+    ``upload_backlog`` (sealed segments not whole in the store yet), else ``None``
+    (:func:`~epochstream.catalog.history_records.store_usage`)."""
 
     partition: int
     state: str
@@ -52,6 +56,8 @@ class PartitionReport:
     retained_bytes: int | None
     since: tuple | None
     updated_at: float | None
+    store_bytes: int | None = None
+    upload_backlog: int | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +196,8 @@ def _topic(catalog: Catalog, info: Any, durables: list, groups: list, now: float
             None if s is None else tuple(s.lower),
             None if s is None else sum(seg.epochs for seg in s.segments),
             None if s is None else sum(seg.nbytes for seg in s.segments),
-            None if s is None else tuple(s.since), None if p is None else p.updated_at))
+            None if s is None else tuple(s.since), None if p is None else p.updated_at,
+            *((None, None) if s is None or s.store is None else store_usage(s)[::2])))
     lower = _merge_lower(order, [tuple(s.lower) for s in states.values()]) if states else None
     upper = _merge_upper(order, [pr.upper for pr in parts])
     # the indexed epochs, each with its completion time (the latest of its partitions'); only

@@ -631,7 +631,8 @@ def test_old_catalog_file_is_migrated_keeping_its_rows(tmp_path):
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert tables == {"topics", "partitions", "history_partitions", "history_segments",
                           "history_epochs", "durables", "groups",
-                          "group_epochs", "grants"}  # no leftover of the rebuild
+                          "group_epochs", "grants", "retention_leases",
+                          "retention_limits"}  # no leftover of the rebuild
         fks = conn.execute("PRAGMA foreign_key_list(partitions)").fetchall()
         assert [(fk[2], fk[3], fk[4], fk[6]) for fk in fks] == \
             [("topics", "topic", "name", "CASCADE")]

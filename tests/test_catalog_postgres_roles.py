@@ -29,6 +29,8 @@ PUBLISHER = {
     "groups": "SELECT, UPDATE",
     "group_epochs": "SELECT",
     "grants": "SELECT",
+    "retention_leases": "SELECT, INSERT, UPDATE, DELETE",
+    "retention_limits": "SELECT, INSERT, UPDATE",
 }
 SUBSCRIBER = {
     "epochstream_schema": "SELECT",
@@ -41,6 +43,8 @@ SUBSCRIBER = {
     "groups": "SELECT, INSERT, UPDATE",
     "group_epochs": "SELECT, INSERT, UPDATE, DELETE",
     "grants": "SELECT",
+    "retention_leases": "SELECT",
+    "retention_limits": "SELECT",
 }
 
 

@@ -15,7 +15,8 @@ The convention, for a new command too:
 
 The command groups: :mod:`.topics` (``topics``), :mod:`.tail` (``tail``), :mod:`.history`
 (``history``), :mod:`.drop` (``drop``), :mod:`.durable` (``durable ls|reset|drop``),
-:mod:`.groups` (``group ls|info|reset|drop``), :mod:`.catalog` (``catalog
+:mod:`.groups` (``group ls|info|reset|drop``), :mod:`.retention` (``retention run``),
+:mod:`.catalog` (``catalog
 init|migrate|serve``), :mod:`.keys` (``keys generate``), :mod:`.grants` (``grant
 add|revoke|ls``), :mod:`.observe` (``metrics serve``, ``health``, ``top``), :mod:`.relay`
 (``relay``), :mod:`.demo` (``demo``).

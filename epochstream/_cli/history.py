@@ -10,6 +10,7 @@ import typer
 
 from ..catalog import Catalog
 from ..catalog.history import HistoryState
+from ..catalog.history_records import store_usage
 from ..errors import EpochstreamError, HistoryUnavailable
 from .catalogs import open_existing_catalog
 from .errors import bad_value, exit_on_errors, stream_errors
@@ -146,14 +147,10 @@ def where_lines(states: dict[int, HistoryState]) -> list[str]:
     for p, state in sorted(states.items()):
         if state.store is None:
             continue
-        segs = state.segments
-        stored = [g for g in segs if g.object]
-        waiting = [g for g in segs if g.seq < state.segment and g.epochs
-                   and (g.object_bytes or 0) < g.nbytes]
-        in_store = sum(g.object_bytes or 0 for g in stored)
-        out.append(f"partition {p}: log {fmt_bytes(sum(g.nbytes for g in segs))} in "
-                   f"{state.dir}; store {state.store}: {fmt_bytes(in_store)} in {len(stored)} "
-                   f"object(s); {len(waiting)} sealed segment(s) waiting for their upload")
+        in_store, objects, waiting = store_usage(state)
+        out.append(f"partition {p}: log {fmt_bytes(sum(g.nbytes for g in state.segments))} in "
+                   f"{state.dir}; store {state.store}: {fmt_bytes(in_store)} in {objects} "
+                   f"object(s); {waiting} sealed segment(s) waiting for their upload")
     return out
 
 

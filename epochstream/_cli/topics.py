@@ -1,9 +1,10 @@
 """``epochstream topics``: the catalog's topics, as a table with one row per partition of each
-topic (its endpoint, state, coloured, and publisher pid)."""
+topic (its endpoint, state, coloured, and publisher pid), and a line per topic with an object
+store (its bytes there and its upload backlog)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -16,7 +17,7 @@ from .params import CatalogToRead
 if TYPE_CHECKING:  # rich is imported by the functions that print
     from rich.table import Table
 
-__all__ = ["commands", "topics", "STATE_STYLE", "topics_table"]
+__all__ = ["commands", "topics", "STATE_STYLE", "topics_table", "store_lines"]
 
 commands = typer.Typer()
 """The command this module adds to the main app."""
@@ -57,7 +58,8 @@ def topics_table(topics: list[TopicInfo]) -> Table:
     short_help="List topics and the state of their partitions.",
     help="List the catalog's topics and the state of each partition: its endpoint, state (live, "
          "closed, aborted, dead, unregistered) and publisher pid. A 'dead' partition was live "
-         "but its process is gone.")
+         "but its process is gone. A topic whose logs go to an object store gets a line: its "
+         "bytes in the store and its upload backlog (sealed segments not in the store yet).")
 def topics(catalog: CatalogToRead = None) -> None:
     cat = open_existing_catalog(catalog)
     with exit_on_errors():
@@ -68,3 +70,27 @@ def topics(catalog: CatalogToRead = None) -> None:
         return
     console.print(f"catalog {escape(cat.where)}")
     console.print(topics_table(infos))
+    with exit_on_errors():
+        lines = store_lines(cat, infos)
+    for line in lines:
+        console.print(escape(line), soft_wrap=True)
+
+
+def store_lines(cat: Any, infos: list[TopicInfo]) -> list[str]:
+    """One line per topic whose epoch logs go to an object store: the store(s), the bytes of
+    the objects indexed there and the sealed segments still waiting for their upload, summed
+    over its partitions (per partition: ``epochstream history TOPIC``)."""
+    from ..catalog.history_records import store_usage
+    from .formats import fmt_bytes
+
+    out = []
+    for info in infos:
+        states = [s for s in cat.history_states(info.name).values() if s.store is not None]
+        if not states:
+            continue
+        usage = [store_usage(s) for s in states]
+        stores = ", ".join(sorted({str(s.store) for s in states}))
+        out.append(f"{info.name}: store {stores}: {fmt_bytes(sum(u[0] for u in usage))} in "
+                   f"{sum(u[1] for u in usage)} object(s); upload backlog "
+                   f"{sum(u[2] for u in usage)} sealed segment(s)")
+    return out

@@ -328,13 +328,36 @@ class Catalog:
         indexed already is neither written nor counted again (a retried commit)."""
 
     @_operation
-    def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
+    def history_trim(self, topic: str, partition: int, keep_from: int,
+                     holder: str | None = None) -> tuple[tuple, list[str]]:
         """Forget the segments of ``partition`` numbered below ``keep_from`` (their epochs'
         index rows too) and move the log's ``since`` to the ``since`` of segment ``keep_from``;
         durable subscriptions of ``topic`` whose position is no longer retained are marked
         expired, and consumer groups stopped, in the same transaction. Returns ``(since, names
-        of the newly expired)`` (groups as ``"group:<name>"``). The
-        caller deletes the files afterwards."""
+        of the newly expired)`` (groups as ``"group:<name>"``); the caller deletes the files
+        and objects afterwards. ``holder``: the caller as holder of the retention lease
+        (:meth:`retention_acquire`), else :class:`~epochstream.errors.Fenced`, nothing changed
+        (``None``: unchecked; the library passes one)."""
+
+    @_operation
+    def retention_acquire(self, topic: str, partition: int, holder: str, *, lease: float,
+                          pid: int | None = None, pid_start: float | None = None,
+                          host: str | None = None) -> tuple[bool, str]:
+        """Take or renew ``partition``'s retention lease for ``holder`` (a non-empty str), for
+        ``lease`` seconds on the catalog's clock, as process ``pid`` (started ``pid_start``) on
+        ``host`` (default: this process). ``(True, holder)`` if it holds it now; ``(False,
+        who)`` while another's lease has not lapsed (or no topic); CatalogError: bad input."""
+
+    @_operation
+    def retention_release(self, topic: str, partition: int, holder: str) -> bool:
+        """Give up ``holder``'s retention lease of ``partition`` (True if it held it)."""
+    @_operation
+    def retention_record(self, topic: str, limits: dict) -> None:
+        """Record ``topic``'s limits ``{"max_bytes", "max_age", "max_epochs": number or None}``
+        (what ``epochstream retention run`` applies); CatalogError for a bad value."""
+    @_operation
+    def retention_limits(self, topic: str) -> dict | None:
+        """``topic``'s recorded retention limits (:meth:`retention_record`), or ``None``."""
 
     @_operation
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,

@@ -329,8 +329,24 @@ class RemoteCatalog(Catalog):
                           upper=upper, segment=segment, committed=committed, roll_to=roll_to,
                           durable=durable, incarnation=incarnation)
 
-    def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
-        return self._call("history_trim", topic, partition, keep_from)
+    def history_trim(self, topic: str, partition: int, keep_from: int,
+                     holder: str | None = None) -> tuple[tuple, list[str]]:
+        return self._call("history_trim", topic, partition, keep_from, holder)
+
+    def retention_acquire(self, topic: str, partition: int, holder: str, *, lease: float,
+                          pid: int | None = None, pid_start: float | None = None,
+                          host: str | None = None) -> tuple[bool, str]:
+        return self._call("retention_acquire", topic, partition, holder, lease=lease,
+                          **self._holder(pid, pid_start, host))
+
+    def retention_release(self, topic: str, partition: int, holder: str) -> bool:
+        return self._call("retention_release", topic, partition, holder)
+
+    def retention_record(self, topic: str, limits: dict) -> None:
+        return self._call("retention_record", topic, limits)
+
+    def retention_limits(self, topic: str) -> dict | None:
+        return self._call("retention_limits", topic)
 
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
                        segment_from: int | None = None) -> list[EpochRecord]:

@@ -55,6 +55,7 @@ from .groups import GroupTables
 from .history_records import (DurableInfo, EpochRecord, HistoryState, decode_time, encode_time,
                               position_available)
 from .holders import check_holder, holder_alive
+from .retention_leases import check_lease
 from .records import ROW_COLUMNS, decode_upper, encode_upper, partition_from_row
 from .retry import retried
 from .store import Store
@@ -319,8 +320,11 @@ class HistoryTables:
                                    f"has its epoch log (the topic was dropped)")
 
     @retried
-    def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
+    def history_trim(self, topic: str, partition: int, keep_from: int,
+                     holder: str | None = None) -> tuple[tuple, list[str]]:
         with self._store.write() as conn:
+            if holder is not None:  # (Fenced: nothing deleted)
+                check_lease(conn, topic, partition, holder)
             row = conn.execute("SELECT since FROM history_segments WHERE topic = ? AND idx = ? "
                                "AND seq = ?", (topic, partition, keep_from)).fetchone()
             if row is None:

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from ..frontier import Antichain
 
-__all__ = ["EpochRecord", "HistoryState", "DurableInfo", "encode_time", "decode_time",
+__all__ = ["EpochRecord", "HistoryState", "DurableInfo", "encode_time", "decode_time", "store_usage",
            "position_available"]
 
 
@@ -101,3 +101,14 @@ def position_available(order, position: Iterable[Any], since: Iterable[Any]) -> 
     for): each element of ``position`` is at or beyond ``since``."""
     s = Antichain(order, since)
     return all(s.less_equal(a) for a in position)
+
+
+def store_usage(state: HistoryState) -> tuple[int, int, int]:
+    """Where a partition's log is in its object store, from the index (no I/O): ``(bytes,
+    objects, backlog)`` — the bytes of the indexed objects, their number, and the sealed
+    segments holding epochs whose whole bytes are not in the store yet (the upload backlog as
+    the index sees it: waiting, failing, or kept only locally past ``upload_backlog``)."""
+    stored = [g for g in state.segments if g.object]
+    backlog = sum(1 for g in state.segments if g.seq < state.segment and g.epochs
+                  and (g.object_bytes or 0) < g.nbytes)
+    return sum(g.object_bytes or 0 for g in stored), len(stored), backlog

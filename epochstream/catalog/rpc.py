@@ -58,6 +58,8 @@ OPS = frozenset({
     # the epoch logs' index and durable subscriptions (catalog/history.py)
     "history_state", "history_states", "history_begin", "history_commit", "history_trim",
     "history_uploaded",
+    # retention leases and limits (catalog/retention_leases.py)
+    "retention_acquire", "retention_release", "retention_record", "retention_limits",
     "history_epochs", "history_epoch", "durables", "durable", "durable_claim", "durable_ack",
     "durable_release", "durable_renew", "durable_reset", "durable_drop",
     # consumer groups (catalog/groups.py): group_claim takes a callable, so the client runs it

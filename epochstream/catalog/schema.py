@@ -86,6 +86,7 @@ from typing import Callable
 from .groups import GROUPS_DDL
 from .history import HISTORY_DDL, STORE_COLUMNS
 from .records import STATES
+from .retention_leases import RETENTION_DDL
 from ..errors import CatalogError
 
 __all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "SECURITY_COLUMNS", "GENERATION_COLUMNS",
@@ -93,7 +94,7 @@ __all__ = ["SCHEMA_VERSION", "LEASE_COLUMNS", "SECURITY_COLUMNS", "GENERATION_CO
            "ensure_schema", "enable_wal", "check_version",
            "retry_busy", "is_busy"]
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """``PRAGMA user_version`` of a catalog file with this schema (0: before versioning, migrated;
 1: before durable history — version 2 adds the ``history_*`` and ``durables`` tables; version 3
 the consumer groups' ``groups`` and ``group_epochs``; version 4 the lease columns of the network
@@ -103,7 +104,8 @@ partitions' generation, :data:`GENERATION_COLUMNS`, and on PostgreSQL the functi
 ``epoch_now()``, :data:`POSTGRES_NOW_DDL`; version 7 each partition's run,
 :data:`RUN_COLUMNS`; version 8 the consumer groups' running totals and settle times,
 :data:`GROUP_TOTAL_COLUMNS`; version 9 where sealed segments are in an object store,
-:data:`~epochstream.catalog.history.STORE_COLUMNS`)."""
+:data:`~epochstream.catalog.history.STORE_COLUMNS`; version 10 the retention leases and the
+topics' recorded retention limits, :data:`~epochstream.catalog.retention_leases.RETENTION_DDL`)."""
 
 LEASE_COLUMNS = (("partitions", "lease", "REAL"), ("durables", "holder_lease", "REAL"),
                  ("durables", "holder_seen", "REAL"))
@@ -289,7 +291,7 @@ def _create_or_migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE partitions_v1 RENAME TO partitions")
     elif not old:
         conn.execute(_PARTITIONS_DDL.format(name="partitions"))
-    for ddl in (*HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL):  # versions 1, 2 and 4: new tables only
+    for ddl in (*HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL, *RETENTION_DDL):  # new tables only
         conn.execute(ddl)
     for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS, *GENERATION_COLUMNS, *RUN_COLUMNS,
                                 *GROUP_TOTAL_COLUMNS, *STORE_COLUMNS):
@@ -340,7 +342,7 @@ def ensure_postgres_schema(conn, where: str) -> int:
             return found
         conn.execute(postgres_ddl(POSTGRES_VERSION_DDL))
         for ddl in (_TOPICS_DDL, _PARTITIONS_DDL.format(name="partitions"),
-                    *HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL):
+                    *HISTORY_DDL, *GROUPS_DDL, GRANTS_DDL, *RETENTION_DDL):
             conn.execute(postgres_ddl(ddl))
         conn.execute(POSTGRES_NOW_DDL)
         for table, column, kind in (*LEASE_COLUMNS, *SECURITY_COLUMNS, *GENERATION_COLUMNS, *RUN_COLUMNS,

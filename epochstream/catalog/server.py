@@ -260,7 +260,8 @@ _ADMIN_OPS = ("grant", "revoke")
 TOPIC_GRANTS = {
     **dict.fromkeys(("create_topic", "register_partition", "close_partition", "record_upper",
                      "heartbeat", "history_begin", "history_commit", "history_trim",
-                     "history_uploaded"), "publish"),
+                     "history_uploaded", "retention_acquire", "retention_release",
+                     "retention_record"), "publish"),
     **dict.fromkeys(("durable_claim", "durable_ack", "durable_release", "durable_renew",
                      "durable_reset", "group_open", "group_settle", "group_stop", "group_reset",
                      "group_claim_read", "group_claim_apply"), "subscribe"),
@@ -271,7 +272,7 @@ each catalog operation that changes a topic's state, checked against the topic o
 (its first argument); ``admin`` implies the others."""
 
 READ_OPS = frozenset({"topics", "lookup", "history_state", "history_states", "history_epochs",
-                      "history_epoch", "durables", "durable", "group_info", "groups",
+                      "history_epoch", "durables", "durable", "group_info", "groups", "retention_limits",
                       "group_epochs", "grants", "hello"})
 """Catalog operations that change nothing: open to every allowed key (as ``grants``)."""
 

@@ -60,6 +60,7 @@ from .history_records import DurableInfo, EpochRecord, HistoryState
 from .locations import ENV_VAR, CatalogURL, default_catalog_path, location_kind, resolve_path
 from .records import TopicInfo
 from .renewals import Renewals
+from .retention_leases import RetentionTables
 from .schema import enable_wal, ensure_postgres_schema, ensure_schema, retry_busy
 from .store import BUSY_TIMEOUT_S, RETRY_DEADLINE_S, PostgresStore, SQLiteStore, retried
 from .topics import TopicTables, topic_definition
@@ -150,6 +151,7 @@ class SqlCatalog(Catalog):
         self._topics = TopicTables(store)
         self._groups = GroupTables(store)
         self._history = HistoryTables(store, self._groups)  # a trim stops the groups behind it
+        self._retention = RetentionTables(store)
 
     @retried
     def _ensure_postgres_schema(self) -> None:
@@ -258,8 +260,24 @@ class SqlCatalog(Catalog):
             topic, partition, epochs=epochs, lower=lower, upper=upper, segment=segment,
             committed=committed, roll_to=roll_to, durable=durable, incarnation=incarnation)
 
-    def history_trim(self, topic: str, partition: int, keep_from: int) -> tuple[tuple, list[str]]:
-        return self._history.history_trim(topic, partition, keep_from)
+    def history_trim(self, topic: str, partition: int, keep_from: int,
+                     holder: str | None = None) -> tuple[tuple, list[str]]:
+        return self._history.history_trim(topic, partition, keep_from, holder)
+
+    def retention_acquire(self, topic: str, partition: int, holder: str, *, lease: float,
+                          pid: int | None = None, pid_start: float | None = None,
+                          host: str | None = None) -> tuple[bool, str]:
+        return self._retention.retention_acquire(topic, partition, holder, lease=lease, pid=pid,
+                                                 pid_start=pid_start, host=host)
+
+    def retention_release(self, topic: str, partition: int, holder: str) -> bool:
+        return self._retention.retention_release(topic, partition, holder)
+
+    def retention_record(self, topic: str, limits: dict) -> None:
+        return self._retention.retention_record(topic, limits)
+
+    def retention_limits(self, topic: str) -> dict | None:
+        return self._retention.retention_limits(topic)
 
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
                        segment_from: int | None = None) -> list[EpochRecord]:

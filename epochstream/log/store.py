@@ -158,18 +158,29 @@ class LogStore:
         except FileNotFoundError:
             pass
 
+    def segment_objects(self, topic: str, partition: int) -> list[tuple[str, int, int]]:
+        """Every segment object (``*.eslog``) of ``partition`` of ``topic`` in the store,
+        indexed or not, as ``(name, seq, bytes)`` (``seq`` -1 for a name of another form), by
+        name. Raises ``OSError``."""
+        import pyarrow.fs as pafs
+
+        base = f"{quote(topic, safe='')}/{int(partition)}"
+        sel = pafs.FileSelector(self.path(base), allow_not_found=True, recursive=True)
+        out = []
+        for i in self.fs.get_file_info(sel):
+            if i.type == pafs.FileType.File and i.path.endswith(".eslog"):
+                leaf = i.path.rsplit("/", 1)[-1]
+                head = leaf.split("-", 1)[0]
+                out.append((f"{base}/{leaf}", int(head) if head.isdigit() else -1, i.size or 0))
+        return sorted(out)
+
     def delete_segments(self, topic: str, partition: int) -> tuple[int, int]:
         """Delete every segment object (``*.eslog``) of ``partition`` of ``topic``, indexed or
         not (a dropped topic); returns ``(objects, bytes)``. Raises ``OSError``."""
-        import pyarrow.fs as pafs
-
-        prefix = self.path(f"{quote(topic, safe='')}/{int(partition)}")
-        sel = pafs.FileSelector(prefix, allow_not_found=True, recursive=True)
         n = nbytes = 0
-        for i in self.fs.get_file_info(sel):
-            if i.type == pafs.FileType.File and i.path.endswith(".eslog"):
-                self.fs.delete_file(i.path)
-                n, nbytes = n + 1, nbytes + (i.size or 0)
+        for name, _, size in self.segment_objects(topic, partition):
+            self.delete(name)
+            n, nbytes = n + 1, nbytes + size
         return n, nbytes
 
 

@@ -15,7 +15,10 @@ which no open epoch has records in it, so every epoch lives in exactly one segme
 a segment removes whole epochs. Retention
 (:func:`~epochstream.retention.segments_to_delete`) then deletes the oldest whole segments: at
 each commit, when a log is opened, and, for the age limit, when the publisher's loop calls
-:meth:`LogWriter.expire` while it commits nothing (an idle publisher).
+:meth:`LogWriter.expire` while it commits nothing (an idle publisher) — only while the writer
+holds the partition's retention lease (:class:`~epochstream.log.retainer.RetentionLease`:
+taken at :meth:`LogWriter.open`, renewed as it commits, released at :meth:`LogWriter.close`;
+the limits are recorded in the catalog for ``epochstream retention run``).
 
 A new publisher on a partition whose logged stream *finished* (closed: empty lower frontier)
 continues the same log with later epochs (the publisher decides where it starts: after the
@@ -31,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import time as _time
+import uuid
 import zlib
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,7 @@ from ..frontier import Antichain
 from ..retention import Retention, SegmentStat, segment_aged, segments_to_delete
 
 from .format import RECORD_HEADER, _D, _F, _HLEN, _U32, segment_path
+from .retainer import RetentionLease
 
 __all__ = ["LogWriter", "UPLOADS_AT_CLOSE"]
 
@@ -90,6 +95,7 @@ class LogWriter:
         self.uploader: Any = None
         self._committed = 0  # bytes of the segment being written the index covers
         self._tail_sent = 0  # of those, bytes handed to the uploader at a close
+        self.lease: RetentionLease | None = None  # the partition's retention lease (open())
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, lower: tuple, upper: tuple) -> HistoryState:
@@ -126,6 +132,9 @@ class LogWriter:
             raise HistoryWriteError(f"cannot open the epoch log of {self.topic!r} partition "
                                     f"{self.partition} in {self.dir}: {e}") from e
         self.state = state
+        self.lease = RetentionLease(self.catalog, self.topic, self.partition,
+                                    holder=f"publisher:{self.incarnation or uuid.uuid4().hex}")
+        self._record_limits()
         self._segment, self._offset = state.segment, state.committed
         self._committed = state.committed
         self._upload_sealed(state)
@@ -153,6 +162,17 @@ class LogWriter:
                  self.uploader.store.where(seg.object))
         self.uploader.store.download(seg.object, state.committed, path)
 
+    def _record_limits(self) -> None:
+        """Record the limits in the catalog (what ``epochstream retention run`` applies once
+        no publisher runs); a failure is only logged."""
+        r = self.retention
+        try:
+            self.catalog.retention_record(self.topic, dict(
+                max_bytes=r.max_bytes, max_age=r.max_age, max_epochs=r.max_epochs))
+        except CatalogError as e:
+            log.warning("epoch log %s/%s: could not record the retention limits: %s",
+                        self.topic, self.partition, e)
+
     def close(self, uploads: bool = False) -> None:
         """Close the segment file (uncommitted records stay, to be truncated on recovery).
         With a store: the committed part of the segment being written is handed to the
@@ -169,6 +189,8 @@ class LogWriter:
                 self._upload_tail()
         if uploads and self.uploader is not None:
             self.uploader.close(UPLOADS_AT_CLOSE)
+        if self.lease is not None:
+            self.lease.release()
 
     # -- the object store (Retention.store; log/uploader.py) ---------------------------------
     def _upload_sealed(self, state: HistoryState) -> None:
@@ -417,13 +439,15 @@ class LogWriter:
 
     def _apply_retention(self, now: float) -> None:
         n = segments_to_delete(self._segments, self.retention, now)
-        if n == 0:
+        held = self.lease is not None and self.lease.held()  # (renewed every third of it)
+        if n == 0 or not held:  # (not held: a runner applies the same recorded limits)
             return
         keep_from = self._segments[n].seq
         try:
             objects = self._objects_before(keep_from)
-            since, expired = self.catalog.history_trim(self.topic, self.partition, keep_from)
-        except CatalogError as e:  # retention is retried at the next commit
+            since, expired = self.catalog.history_trim(self.topic, self.partition, keep_from,
+                                                       self.lease.holder)
+        except CatalogError as e:  # retried at the next commit (Fenced: the lease lapsed)
             log.warning("epoch log %s/%s: retention could not update the index: %s",
                         self.topic, self.partition, e)
             return

@@ -3,7 +3,8 @@ process (tests/store/test_store.py).
 
     python tests/store/store_peer.py publish CATALOG TOPIC STORE [options]
         Publisher(TOPIC, 0, catalog=CATALOG, retention=Retention(dir=--dir, store=STORE,
-        segment_bytes=--segment-bytes)). Prints "ready <log directory>", then publishes epochs
+        segment_bytes=--segment-bytes, max_epochs=--max-epochs; ``--keep-all``: no max_bytes
+        nor max_age)). Prints "ready <log directory>", then publishes epochs
         --first .. --last - 1, each --msgs records {"t", "i", "pad"} then advance_to(t + 1),
         printing "epoch <t>" (``--pause``: after "ready", first wait for a line on stdin).
         ``--wait-uploads``: then waits until the index has an object for
@@ -34,8 +35,11 @@ def out(*words) -> None:
 
 def publish(a) -> None:
     cat = Catalog(a.catalog)
+    limits = {"max_epochs": a.max_epochs}
+    if a.keep_all:
+        limits.update(max_bytes=None, max_age=None)
     pub = Publisher(a.topic, 0, catalog=cat, retention=Retention(
-        dir=a.dir, store=a.store, segment_bytes=a.segment_bytes))
+        dir=a.dir, store=a.store, segment_bytes=a.segment_bytes, **limits))
     out("ready", cat.history_state(a.topic, 0).dir)
     if a.pause:
         sys.stdin.readline()
@@ -88,6 +92,9 @@ def read(a) -> None:
 
 
 def main() -> None:
+    import logging
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("epochstream.history").setLevel(logging.INFO)  # (retention's lines)
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
     pp = sub.add_parser("publish")
@@ -103,6 +110,8 @@ def main() -> None:
     pp.add_argument("--wait-uploads", action="store_true")
     pp.add_argument("--pause", action="store_true")
     pp.add_argument("--end", choices=("hang", "close"), default="hang")
+    pp.add_argument("--max-epochs", type=int, default=None)
+    pp.add_argument("--keep-all", action="store_true", help="no max_bytes, no max_age")
     pr = sub.add_parser("read")
     pr.add_argument("catalog")
     pr.add_argument("topic")
