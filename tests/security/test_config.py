@@ -183,7 +183,9 @@ def test_a_version_4_catalog_is_migrated_to_the_current_version(tmp_path):
     cat = Catalog(path)
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"retention_leases", "retention_limits"} <= tables  # version 10
         columns = {r[1] for r in conn.execute("PRAGMA table_info(partitions)")}
         assert {"server_key", "generation", "run"} <= columns
         columns = {r[1] for r in conn.execute("PRAGMA table_info(groups)")}
