@@ -6,6 +6,7 @@ subscriber in this process. Each day is delivered exactly once, whole."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 
 import pytest
@@ -41,12 +42,50 @@ def test_driver_killed_under_each_policy_and_restarted(tmp_path_factory, tmp_pat
        day 0 only (day 1 is open: its last departures are within the delay); the killed run's
        staged rows are never published. Driver 3 re-runs batch 1 under a new run id: every day
        once, whole (the last one when the host closes)."""
-    second = _batch_policy_killed_mid_commit(tmp_path_factory, tmp_path / "batch")
     try:
+        second = _batch_policy_killed_mid_commit(tmp_path_factory, tmp_path / "batch")
         _watermark_policy_killed_between_stage_and_commit(tmp_path_factory,
                                                           tmp_path / "watermark", second)
     finally:
-        second.close()
+        _close_spares()
+
+
+class _Spare:
+    """A driver started on a thread of its own (a warm spare: its start-up overlaps the running
+    driver's query instead of following its death). Every spare is closed when the test ends
+    (:data:`_SPARES`), used or not."""
+
+    def __init__(self, tmp_path_factory, name: str):
+        _SPARES.append(self)
+        self.driver: Driver | None = None
+        self.error: BaseException | None = None
+        cwd = tmp_path_factory.mktemp(name)
+        self.thread = threading.Thread(target=self._start, args=(cwd,), daemon=True)
+        self.thread.start()
+
+    def _start(self, cwd) -> None:
+        try:
+            self.driver = Driver("local[2]", cwd)
+        except BaseException as e:  # noqa: BLE001 - raised by get()
+            self.error = e
+
+    def get(self) -> Driver:
+        self.thread.join(180)
+        if self.error is not None:
+            raise self.error
+        assert self.driver is not None, "the spare driver did not start"
+        return self.driver
+
+
+_SPARES: list[_Spare] = []
+
+
+def _close_spares() -> None:
+    while _SPARES:
+        sp = _SPARES.pop()
+        sp.thread.join(180)
+        if sp.driver is not None:
+            sp.driver.close()
 
 
 def _batch_policy_killed_mid_commit(tmp_path_factory, tmp_path) -> Driver:
@@ -59,6 +98,7 @@ def _batch_policy_killed_mid_commit(tmp_path_factory, tmp_path) -> Driver:
         sub = Collector(cat)
         pause = host.pause(0, 4, "data")
         first = Driver("local[2]", tmp_path_factory.mktemp("driver-1"))
+        spare = _Spare(tmp_path_factory, "driver-2")
         try:
             first.send("sink", **query)
             assert pause.wait(120), first.tail()
@@ -69,12 +109,8 @@ def _batch_policy_killed_mid_commit(tmp_path_factory, tmp_path) -> Driver:
         pause.resume()
         wait_until(lambda: host.next_epoch() == 6, 30, "the held commit to finish")
         assert sub.wait_for(5)
-        second = Driver("local[2]", tmp_path_factory.mktemp("driver-2"))
-        try:
-            assert second.call("sink", **query)["batches"] == [2, 3]  # batch 2 re-ran
-        except BaseException:
-            second.close()
-            raise
+        second = spare.get()
+        assert second.call("sink", **query)["batches"] == [2, 3]  # batch 2 re-ran
         stats = host.stats()
     sub.join()
     check_whole(sub.epochs, files)
@@ -94,6 +130,7 @@ def _watermark_policy_killed_between_stage_and_commit(tmp_path_factory, tmp_path
                    options={"complete": "watermark", "eventTime": "ts", "epochLength": "1 day"})
     with SparkPublisherHost(TOPIC, partitions=2, catalog=cat) as host:
         sub = Collector(cat)
+        spare = _Spare(tmp_path_factory, "driver-3")
         driver.send("sink_held", hold_batch=1, hold_file=str(held), **query)
         deadline = time.monotonic() + 120
         while not held.exists():
@@ -104,11 +141,7 @@ def _watermark_policy_killed_between_stage_and_commit(tmp_path_factory, tmp_path
         driver.kill()
         time.sleep(1.0)
         assert sub.delivered() == [first_day]
-        third = Driver("local[2]", tmp_path_factory.mktemp("driver-3"))
-        try:
-            assert third.call("sink", **query)["batches"] == [1, 2]
-        finally:
-            third.close()
+        assert spare.get().call("sink", **query)["batches"] == [1, 2]
         stats = host.stats()
         left = host.staged_bytes()
     sub.join()
