@@ -40,13 +40,14 @@ def _count_subscriber(topic, catalog_path, expected, q):
             if not sub.wait_ready(60):
                 raise TimeoutError("subscriber not ready")
             q.put(("ready", None))
-            rows = epochs = 0
+            rows, arrived = 0, {}  # arrived: epoch -> time.time() it was held whole
             for ep in sub.epochs(timeout=300):
+                arrived[ep.time] = time.time()
                 rows += ep.records.num_rows
-                epochs += 1
                 if rows >= expected:
                     break
-            q.put(("done", {"rows": rows, "epochs": epochs, "t_last": time.monotonic()}))
+            q.put(("done", {"rows": rows, "epochs": len(arrived), "arrived": arrived,
+                            "t_last": time.monotonic()}))
     except BaseException as exc:
         q.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 

@@ -32,30 +32,11 @@ import shutil
 import tempfile
 import threading
 import time
-import traceback
 from pathlib import Path
 
 from . import median, paired
-from .bench_spark import _batch_ms, _null_source, _query_df, _run_noop, _run_python_null
-
-
-def _timing_subscriber(topic, catalog_path, expected, q):
-    """Count rows; record ``time.time()`` when each epoch arrived."""
-    try:
-        from epochstream.transport import Subscriber
-        with Subscriber(topic, catalog=catalog_path, wait=60.0, timeout=120.0) as sub:
-            if not sub.wait_ready(60):
-                raise TimeoutError("subscriber not ready")
-            q.put(("ready", None))
-            rows, arrived = 0, {}
-            for ep in sub.epochs(timeout=300):
-                arrived[ep.time] = time.time()
-                rows += ep.records.num_rows
-                if rows >= expected:
-                    break
-            q.put(("done", {"rows": rows, "epochs": len(arrived), "arrived": arrived}))
-    except BaseException as exc:
-        q.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+from .bench_spark import (_batch_ms, _count_subscriber, _null_source, _query_df, _run_noop,
+                          _run_python_null)
 
 
 def _frame(spark, files, days_per_batch: int, variant: str):
@@ -97,7 +78,7 @@ def _run(spark, files, days_per_batch: int, variant: str, workdir: Path, n: int)
     with SparkPublisherHost(topic, partitions=2, catalog=cat, on_published=on_published,
                             publisher_kwargs={"sndhwm": 100_000,
                                               "max_queue_messages": 1_000_000}) as host:
-        proc = ctx.Process(target=_timing_subscriber,
+        proc = ctx.Process(target=_count_subscriber,
                            args=(topic, host.catalog_path, files.rows, mq), daemon=True)
         proc.start()
         try:
