@@ -229,6 +229,7 @@ def test_store_down_while_segments_seal(tmp_path):
         pub = Publisher("down", catalog=cat, retention=retention)
         uploader = pub._log.uploader
         sub = Subscriber("down", catalog=cat)
+        assert sub.wait_ready(30)  # joined before epoch 0 (it saw 2.. on a busy machine)
         seen: list = []
         reader = threading.Thread(target=lambda: seen.extend(e.time for e in sub.epochs()),
                                   daemon=True)
