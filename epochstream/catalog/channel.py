@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl
 import zmq
 
 from ..errors import CatalogError, CatalogUnavailable
+from ..zmq_context import default_context
 from . import rpc
 
 __all__ = ["Channel", "parse_url", "url_security", "check_seconds", "RESEND_S", "IDLE_S"]
@@ -123,7 +124,7 @@ class Channel:
                 self._reset_process()
             if self._idle:
                 return self._idle.pop()[0]
-        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock = default_context().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDTIMEO, int(self.timeout * 1000))
         sock.setsockopt(zmq.RECONNECT_IVL, 100)

@@ -44,6 +44,7 @@ from .retry import as_retry
 from .holders import HOST
 from .schema import SCHEMA_VERSION
 from ..errors import CatalogError, NotAuthorized
+from ..zmq_context import default_context
 from ..security import Security, _allow_list, apply_server, grant_matches
 
 __all__ = ["CatalogServer", "DEFAULT_BIND", "DEFAULT_PORT", "TOPIC_GRANTS", "READ_OPS"]
@@ -75,7 +76,7 @@ class CatalogServer:
             raise CatalogError("the catalog server needs a catalog file (--db PATH), not a "
                                "network catalog's URL")
         self.catalog = db if isinstance(db, Catalog) else Catalog(db)
-        self._sock = (context or zmq.Context.instance()).socket(zmq.ROUTER)
+        self._sock = (context or default_context()).socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.MAXMSGSIZE, rpc.MAX_REQUEST_BYTES)
         self._sock.setsockopt(zmq.SNDHWM, 10_000)

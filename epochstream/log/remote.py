@@ -23,6 +23,7 @@ import zmq
 
 from .. import wire
 from ..errors import HistoryCorrupt, HistoryUnavailable, WireError
+from ..zmq_context import default_context
 
 __all__ = ["RemoteLog", "DEFAULT_TIMEOUT", "WINDOW"]
 
@@ -47,7 +48,7 @@ class RemoteLog:
                  server_key: str | None = None):
         self.endpoint, self.topic, self.partition = endpoint, topic, partition
         self.timeout, self.window = float(timeout), max(1, int(window))
-        self._sock = (context or zmq.Context.instance()).socket(zmq.DEALER)
+        self._sock = (context or default_context()).socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         if security is not None and security.enabled:
             from ..security import apply_client

@@ -19,6 +19,7 @@ import time as _time
 import zmq
 
 from .. import wire
+from ..zmq_context import default_context
 from ..catalog import Catalog
 from ..errors import CatalogError, Fenced, HistoryWriteError, ProtocolError
 from ..events import LowerFrontierUpdate
@@ -177,7 +178,7 @@ class Publisher:
     def _start_loop(self, context, endpoint: str, advertise, sndhwm: int, queue_hwm: int,
                     max_queue_messages: int, max_queue_bytes: int, credit_timeout) -> None:
         """Bind the ROUTER and build the loop (its thread is started after registering)."""
-        self._ctx = context or zmq.Context.instance()
+        self._ctx = context or default_context()
         self._router = bind_router(self._ctx, endpoint, sndhwm=sndhwm,
                                    heartbeat_interval=self.heartbeat_interval,
                                    security=self.security)

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import zmq
 
 from .. import wire
+from ..zmq_context import default_context
 from ..catalog import Catalog, TopicInfo
 from ..events import DataMessage, Epoch, FetchResult, Gap, LowerFrontierUpdate
 from ..filters import Filter
@@ -149,7 +150,7 @@ class Subscriber:
                                 self.ping_interval, wait, rcvhwm, credit, credit_unit,
                                 self.security)
         self._join = TopicJoin(settings, self._catalog, endpoints and list(endpoints),
-                               context or zmq.Context.instance(), filters=self._filters,
+                               context or default_context(), filters=self._filters,
                                fill=self._fill, durable=self._durable, release=self._release,
                                stats=self.stats, gaps=self.gaps)
         self._stream = EpochStream(topic, self)  # behind epochs() and fetch()
