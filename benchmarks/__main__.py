@@ -31,14 +31,16 @@ CORE = ("filter", "e2e", "peers", "fanout", "spark", "frontier", "limits", "late
 FEATURES = ("history", "groups", "pushdown", "catalog", "spark_source", "security",
             "spark_event_time")
 """``make bench-all`` adds these (about 20 minutes more in full): one case per feature issue."""
-CASES = CORE + FEATURES
+CURVES = ("topics",)
+"""The curves of scale (issue 28), in ``make bench-all`` and each alone with ``--case``."""
+CASES = CORE + FEATURES + CURVES
 MODULES = {"filter": "bench_filter", "e2e": "bench_e2e", "peers": "bench_peers",
            "fanout": "bench_fanout", "spark": "bench_spark", "frontier": "bench_frontier",
            "limits": "bench_limits", "latejoin": "bench_latejoin", "latency": "bench_latency",
            "memory": "bench_memory", "scale": "bench_scale", "history": "bench_history",
            "groups": "bench_groups", "pushdown": "bench_pushdown", "catalog": "bench_catalog",
            "spark_source": "bench_spark_source", "security": "bench_security",
-           "spark_event_time": "bench_spark_event_time"}
+           "spark_event_time": "bench_spark_event_time", "topics": "bench_topics"}
 # left out of ``--quick`` unless named with --case: Spark's JVM start-up and warm-up alone take
 # most of a minute, a third of the 3-minute budget (its last result file stays, dated, in the report)
 NOT_QUICK = ("spark", "spark_source", "spark_event_time")
@@ -130,7 +132,10 @@ def main(argv=None) -> int:
             print(f"== {name}: {dt:.1f} s -> {path.relative_to(RESULTS.parent.parent)}", flush=True)
         else:
             print(f"== {name}: {dt:.1f} s", flush=True)
-    if not args.no_report:
+    if not args.no_report and cases and all(c in CURVES for c in cases):
+        from . import report_curves  # only the curves' sections: the rest of the file stays
+        print(f"report: {report_curves.splice()}")
+    elif not args.no_report:
         from . import report
         out = report.write()
         print(f"report: {out}")

@@ -646,6 +646,8 @@ def write() -> Path:
     opt = load_result("optimizations")
     if opt:
         out += _optimizations_section(opt) + ["\n"]
+    from .report_curves import sections as _curve_sections  # issue 28: the curves of scale
+    out += _curve_sections()
     from .import_time import section as _import_time_section
     out += _import_time_section(load_result("import_time")) + ["\n"]
     out.append(NOT_YET + "\n")

@@ -2,7 +2,7 @@
 
 ``zmq.Context.instance()`` opens at most 1,023 sockets (libzmq's default ``ZMQ_MAX_SOCKETS``)
 and a publisher holds three (its ROUTER and the two ends of its wake-up pipe), so one process
-could hold only 340 publishers — the 341st failed with ``ZMQError: Too many open files`` while
+could hold only 341 publishers — the 342nd failed with ``ZMQError: Too many open files`` while
 the process had thousands of file descriptors left. :func:`default_context` returns the same
 ``zmq.Context.instance()`` with its socket limit raised to the process's file-descriptor limit
 (``RLIMIT_NOFILE``, at least libzmq's default, at most libzmq's ``ZMQ_SOCKET_LIMIT``): every

@@ -1,6 +1,6 @@
 """One process holds more topics than libzmq's default socket limit allows (issue 28, the
 curve of topics per process): ``zmq.Context.instance()`` opens at most 1,023 sockets, three per
-publisher, so the 341st publisher of a process failed with ``ZMQError: Too many open files``.
+publisher, so the 342nd publisher of a process failed with ``ZMQError: Too many open files``.
 epochstream's :func:`~epochstream.zmq_context.default_context` raises the limit to the
 file-descriptor limit. Run in a fresh interpreter: the limit is read when the context opens its
 first socket."""

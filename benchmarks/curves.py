@@ -1,0 +1,97 @@
+"""Growth of a measured curve (issue 28, "the curves of scale"): a least-squares fit of
+``y = a + b·x`` and of ``y = a + b·log2(x)``, the log-log exponent of the growth above the
+first point, and a verdict — ``constant``, ``logarithmic``, ``linear`` or ``superlinear``.
+
+The verdict (:func:`growth`), over points ``x`` spanning at least a factor 8:
+
+- ``constant`` — the largest y is within 1.5× of the smallest (or the fitted growth over the
+  whole span is below 20 % of the first y);
+- ``superlinear`` — the log-log exponent of ``y - y(x0)`` against ``x`` is ≥ 1.3;
+- otherwise ``linear`` if ``y = a + b·x`` fits at least as well (R²) as the logarithm, else
+  ``logarithmic``.
+
+Also process measurements from ``/proc`` (threads, open file descriptors, resident memory) and
+CPU seconds from ``time.process_time()`` (``CLOCK_PROCESS_CPUTIME_ID``: every thread of the
+process, libzmq's I/O threads included, at nanosecond resolution rather than ``os.times()``'s 10 ms ticks):
+no psutil needed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+
+def _lsq(xs, ys):
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return my, 0.0, 0.0
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    a = my - b * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - (a + b * x)) ** 2 for x, y in zip(xs, ys))
+    return a, b, (1 - ss_res / ss_tot) if ss_tot > 0 else 1.0
+
+
+def fit(xs, ys) -> dict | None:
+    """Linear and logarithmic least-squares fits of the points (x > 0), the log-log exponent,
+    and the :func:`growth` verdict; ``None`` with fewer than 3 usable points."""
+    pts = sorted((float(x), float(y)) for x, y in zip(xs, ys)
+                 if x is not None and y is not None and x > 0)
+    if len(pts) < 3:
+        return None
+    X, Y = [p[0] for p in pts], [p[1] for p in pts]
+    a, b, r2 = _lsq(X, Y)
+    la, lb, lr2 = _lsq([math.log2(x) for x in X], Y)
+    y0 = Y[0]
+    above = [(math.log(x / X[0]), math.log(y - y0)) for x, y in pts[1:] if y > y0 > 0 or (y0 <= 0 < y)]
+    expo = _lsq([p[0] for p in above], [p[1] for p in above])[1] if len(above) >= 2 else None
+    out = {"points": len(pts), "x_span": [X[0], X[-1]],
+           "linear": {"intercept": a, "slope": b, "r2": r2},
+           "log2": {"intercept": la, "slope": lb, "r2": lr2},
+           "loglog_exponent": expo}
+    out["growth"] = growth(out, Y)
+    return out
+
+
+def growth(f: dict, ys) -> str:
+    lo, hi = min(ys), max(ys)
+    span = f["x_span"][1] - f["x_span"][0]
+    fitted_growth = abs(f["linear"]["slope"] * span)
+    if (lo > 0 and hi / lo < 1.5) or (ys[0] != 0 and fitted_growth < 0.2 * abs(ys[0])):
+        return "constant"
+    if f["loglog_exponent"] is not None and f["loglog_exponent"] >= 1.3:
+        return "superlinear"
+    return "linear" if f["linear"]["r2"] >= f["log2"]["r2"] else "logarithmic"
+
+
+def proc_status() -> dict:
+    """This process's threads, open file descriptors, resident memory (KiB) and CPU seconds."""
+    d = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            k, _, v = line.partition(":")
+            d[k] = v.strip()
+    return {"threads": int(d["Threads"]), "fds": len(os.listdir("/proc/self/fd")),
+            "rss_kib": int(d["VmRSS"].split()[0]), "cpu_s": time.process_time()}
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def describe(f: dict | None, unit: str, per: str = "unit", scale: float = 1.0, fmt: str = "{:.3g}") -> str:
+    """One line for the docs: the verdict with the fitted slope (``scale`` converts units)."""
+    if not f:
+        return "not enough points"
+    lin, lg = f["linear"], f["log2"]
+    if f["growth"] == "logarithmic":
+        return (f"**logarithmic**: {fmt.format(lg['slope'] * scale)} {unit} per doubling of the {per} "
+                f"(R² {lg['r2']:.2f}; linear R² {lin['r2']:.2f})")
+    return (f"**{f['growth']}**: slope {fmt.format(lin['slope'] * scale)} {unit} per {per}, "
+            f"intercept {fmt.format(lin['intercept'] * scale)} {unit} (R² {lin['r2']:.2f}"
+            + (f", log-log exponent {f['loglog_exponent']:.2f}" if f["loglog_exponent"] is not None else "")
+            + ")")
