@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from . import load_result
 from .curves import describe, fit
+from .curves import fit as curves_fit
 
 
 def _plt():
@@ -144,7 +145,7 @@ def subscribers_section(r) -> list[str]:
            f"Subscribers are threads (each a full `Subscriber` with its own connection, `epochs()`), "
            f"spread over {SUB_PROCESSES} processes; *tree* = {FANOUT} relays under the publisher and "
            f"{FANOUT} under each ({FANOUT * FANOUT} leaves), one process per level. CPU from "
-           "`/proc/<pid>/stat` over the window; *delivered* = records counted by all subscribers "
+           "`/proc/<pid>/task/*/schedstat` (every thread, ns) over the window; *delivered* = records counted by all subscribers "
            f"(after a drain) ÷ (records sent × N).\n"]
     body = []
     for x in rows:
@@ -159,14 +160,30 @@ def subscribers_section(r) -> list[str]:
     out.append(_table(["N", "topology", "delivered", "records/s delivered", "pub µs CPU / record sent",
                        "pub ns CPU / record / subscriber", "relay µs CPU / record (level 1 / 2)",
                        "sub µs CPU / record", "pub RSS MiB", "subs RSS MiB"], body))
-    out.append("\nMeasured growth:\n")
+    out.append("\nMeasured growth (the slope of CPU per record sent against N is the marginal cost of "
+               "one more subscriber per record; per record per subscriber only amortises the fixed cost):\n")
     for topo in ("direct", "tree"):
         out.append(f"- {topo}: publisher CPU per record sent — "
-                   f"{describe(s.get(f'{topo}.pub_cpu_us_per_record'), 'µs', 'subscriber')}; per record per "
-                   f"subscriber — {describe(s.get(f'{topo}.pub_cpu_ns_per_record_per_sub'), 'ns', 'subscriber')}; "
+                   f"{describe(s.get(f'{topo}.pub_cpu_us_per_record'), 'µs', 'subscriber', 1, '{:.4g}')}; "
                    f"publisher RSS — {describe(s.get(f'{topo}.publisher_rss_kib'), 'KiB', 'subscriber')}; "
+                   f"subscriber CPU per record — {describe(s.get(f'{topo}.sub_cpu_us_per_record'), 'µs', 'subscriber', 1, '{:.3g}')}; "
                    f"kept up (≥ 99 % delivered) up to N = {s.get(f'{topo}.kept_up_to')}, fell behind from "
                    f"N = {s.get(f'{topo}.fell_behind_from')}\n")
+    for x in rows:
+        if x.get("ok") and x["delivered_fraction"] < 0.99:
+            busy = sum(x["cpu_s"].values()) / x["seconds"]
+            out.append(f"- where it broke: {x['topology']} at N = {x['subscribers']} the subscribers got "
+                       f"{x['delivered_fraction']:.0%} of the offered records; the subscriber processes used "
+                       f"{x['cpu_s']['subscribers'] / x['seconds']:.2f} cores, all processes of the run "
+                       f"{busy:.2f} cores of this machine's 2 (load average {x['loadavg_before'][0]:.1f} before it): "
+                       "the subscribers' CPU, not the publisher's, is the limit here\n")
+    tree = [x for x in rows if x.get("ok") and x["topology"] == "tree"]
+    if tree:
+        lv2 = curves_fit([x["subscribers"] for x in tree], [x.get("relay_level2_cpu_us_per_record") for x in tree])
+        lv1 = curves_fit([x["subscribers"] for x in tree], [x.get("relay_level1_cpu_us_per_record") for x in tree])
+        out.append(f"- tree, leaf relays (level 2, {FANOUT * FANOUT} relays sharing the subscribers) CPU per record sent: "
+                   f"{describe(lv2, 'µs', 'subscriber', 1, '{:.4g}')}; level 1 ({FANOUT} relays, each serving "
+                   f"{FANOUT} relays): {describe(lv1, 'µs', 'subscriber', 1, '{:.4g}')}\n")
     if any(x.get("ok") for x in rows):
         out.append(f"\n![subscribers]({_subscribers_plot(r)})\n")
     return out
@@ -217,9 +234,14 @@ def catalog_scale_section(r) -> list[str]:
         out.append(_table(["N"] + [f"{op} µs p50 / p99" for op in OPS],
                           [(x["count"],) + tuple(f"{x[op].get('median_us', 0):.0f} / {x[op].get('p99_us', 0):.0f}"
                                                  for op in OPS) for x in sel]))
-        out.append("\nMeasured growth of the median:\n")
+        out.append("\n")
+        out.append(_table(["N"] + [f"{op} client µs CPU / call" for op in OPS],
+                          [(x["count"],) + tuple(f"{x[op].get('client_cpu_us_per_call', 0):.0f}" for op in OPS)
+                           for x in sel]))
+        out.append("\nMeasured growth (median latency; client CPU per call):\n")
         for op in OPS:
-            out.append(f"- `{op}`: {describe(s.get(f'{store}.{op}'), 'µs', 'entry', 1, '{:.4g}')}\n")
+            out.append(f"- `{op}`: {describe(s.get(f'{store}.{op}'), 'µs', 'entry', 1, '{:.4g}')}; CPU "
+                       f"{describe(s.get(f'{store}.{op}.cpu'), 'µs', 'entry', 1, '{:.4g}')}\n")
     if r["rows"]:
         out.append(f"\n![catalog scale]({_catalog_plot(r)})\n")
     return out
@@ -245,8 +267,119 @@ def _catalog_plot(r) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+def history_scale_section(r) -> list[str]:
+    from .report import _table
+    s = r["summary"]
+    rows = r["rows"]
+    out = ["## Curve: retained history (`history_scale`)\n",
+           f"Run: {_load(r)}. One log grown in place to each size (msgpack tuples, "
+           f"{r['records_per_message']} per message, {r['messages_per_epoch']} messages per epoch, "
+           "`Retention(max_bytes=None, max_age=None, fsync=\"none\")`, 64 MiB segments, SQLite catalog); "
+           "before each measurement the log's pages are dropped from the page cache "
+           f"(`posix_fadvise(DONTNEED)`), so reads come from the disk. Replay: {r['plan']['replay_s']} s "
+           "from `earliest` through `Subscriber.epochs()`, every record decoded.\n"]
+    if r.get("error"):
+        out.append(f"\n**Failed**: {r['error']}\n")
+    out.append(_table(["log GB", "epochs", "written MB/s", "first epoch from earliest, ms",
+                       "first epoch from the middle, ms", "replay records/s", "replay MB/s"],
+                      [(f"{x['log_bytes'] / 1e9:.2f}", x["epochs"], f"{x['write_MB_per_s']:.0f}",
+                        f"{x['first_earliest']['seconds'] * 1e3:.0f}", f"{x['first_mid']['seconds'] * 1e3:.0f}",
+                        f"{x['replay']['records_per_s'] / 1e6:.2f}M", f"{x['replay']['MB_per_s']:.0f}")
+                       for x in rows]))
+    out.append("\nMeasured growth against the log's size:\n")
+    out.append(f"- first epoch from `earliest`: {describe(s.get('first_earliest_s'), 'ms', 'GB', 1e3, '{:.3g}')}\n")
+    out.append(f"- first epoch from the middle (the epoch index): {describe(s.get('first_mid_s'), 'ms', 'GB', 1e3, '{:.3g}')}\n")
+    out.append(f"- replay rate: {describe(s.get('replay_records_per_s'), 'records/s', 'GB', 1, '{:.3g}')}\n")
+    if rows:
+        out.append(f"\n![retained history]({_history_plot(r)})\n")
+    return out
+
+
+def _history_plot(r) -> str:
+    plt = _plt()
+    rows = r["rows"]
+    gb = [x["log_bytes"] / 1e9 for x in rows]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax[0].plot(gb, [x["first_earliest"]["seconds"] * 1e3 for x in rows], "o-", label="from earliest")
+    ax[0].plot(gb, [x["first_mid"]["seconds"] * 1e3 for x in rows], "s--", label="from the middle")
+    ax[0].set_title("time to the first epoch, ms (cold cache)")
+    ax[1].plot(gb, [x["replay"]["records_per_s"] for x in rows], "o-")
+    ax[1].set_title("replay from earliest, records/s")
+    for a in ax:
+        a.set_xscale("log")
+        a.set_xlabel("retained log, GB")
+        a.grid(alpha=0.3)
+    ax[0].legend(fontsize=8)
+    ax[1].set_ylim(bottom=0)
+    return _save(fig, "curve_history_scale.png")
+
+
+# ---------------------------------------------------------------------------------------------
+def partitions_section(r) -> list[str]:
+    from .report import _table
+    s = r["summary"]
+    out = ["## Curve: partitions 1 → 64 and antichain width 1 → 64 (`partitions_wide`)\n",
+           f"Run: {_load(r)}; {r['seconds_per_run']} s per run, {r['repeats']} interleaved repeats, medians. "
+           "Partitions: one publisher process holding all P `Publisher`s of the topic (a loop thread "
+           "each), every epoch one 100-tuple message per partition then `advance_to` on each — an "
+           "epoch completes when all P moved; the subscriber (`epochs()`, credit flow control) in "
+           "another process. Width: the `scale` case's `product(2)` antichain run (w incomparable "
+           "capabilities held throughout, each step completes w epochs).\n"]
+
+    def med(key, v):
+        x = dict(s[key]["by_value"]).get(v)
+        return x["median"] if x else None
+    pv = [v for v, _ in s["partitions.records_per_s"]["by_value"]]
+    out.append(_table(["partitions", "records/s", "epochs/s", "sub µs CPU / epoch", "sub ns CPU / record",
+                       "sub µs CPU / partition-message", "pub ns CPU / record"],
+                      [(v, f"{(med('partitions.records_per_s', v) or 0) / 1e6:.2f}M",
+                        f"{med('partitions.epochs_per_s', v) or 0:.0f}", f"{med('partitions.sub_cpu_us_per_epoch', v) or 0:.0f}",
+                        f"{med('partitions.sub_cpu_ns_per_record', v) or 0:.0f}",
+                        f"{med('partitions.sub_cpu_us_per_partition_message', v) or 0:.1f}",
+                        f"{med('partitions.pub_cpu_ns_per_record', v) or 0:.0f}") for v in pv]))
+    wv = [v for v, _ in s["widths.records_per_s"]["by_value"]]
+    out.append("\n")
+    out.append(_table(["width", "records/s", "epochs/s", "sub µs CPU / step", "sub µs CPU / epoch", "sub ns CPU / record"],
+                      [(v, f"{(med('widths.records_per_s', v) or 0) / 1e6:.2f}M", f"{med('widths.epochs_per_s', v) or 0:.0f}",
+                        f"{med('widths.sub_cpu_us_per_step', v) or 0:.0f}", f"{med('widths.sub_cpu_us_per_epoch', v) or 0:.1f}",
+                        f"{med('widths.sub_cpu_ns_per_record', v) or 0:.0f}") for v in wv]))
+    out.append("\nMeasured growth:\n")
+    out.append(f"- partitions, subscriber CPU per epoch: {describe(s['partitions.sub_cpu_us_per_epoch']['fit'], 'µs', 'partition')}\n")
+    out.append(f"- partitions, subscriber CPU per record: {describe(s['partitions.sub_cpu_ns_per_record']['fit'], 'ns', 'partition')}\n")
+    out.append(f"- partitions, records/s: {describe(s['partitions.records_per_s']['fit'], 'records/s', 'partition')}\n")
+    out.append(f"- width, subscriber CPU per step: {describe(s['widths.sub_cpu_us_per_step']['fit'], 'µs', 'unit of width')}\n")
+    out.append(f"- width, subscriber CPU per epoch: {describe(s['widths.sub_cpu_us_per_epoch']['fit'], 'µs', 'unit of width')}\n")
+    out.append(f"- width, records/s: {describe(s['widths.records_per_s']['fit'], 'records/s', 'unit of width')}\n")
+    out.append(f"\n![partitions and width]({_partitions_plot(r)})\n")
+    return out
+
+
+def _partitions_plot(r) -> str:
+    plt = _plt()
+    s = r["summary"]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    for key, label, a in (("partitions", "partitions", ax[0]), ("widths", "antichain width", ax[1])):
+        bv = [(v, x["median"]) for v, x in s[f"{key}.records_per_s"]["by_value"] if x]
+        a.plot([v for v, _ in bv], [y for _, y in bv], "o-", label="records/s")
+        a.set_xscale("log", base=2)
+        a.set_xlabel(label)
+        a.set_ylabel("records/s")
+        a.set_ylim(bottom=0)
+        a.grid(alpha=0.3)
+        b = a.twinx()
+        k2 = f"{key}.sub_cpu_us_per_epoch"
+        cv = [(v, x["median"]) for v, x in s[k2]["by_value"] if x]
+        b.plot([v for v, _ in cv], [y for _, y in cv], "s--", color="C1", label="sub µs CPU / epoch")
+        b.set_ylabel("subscriber µs CPU per epoch")
+        b.set_yscale("log")
+        a.set_title(label)
+    return _save(fig, "curve_partitions.png")
+
+
+# ---------------------------------------------------------------------------------------------
 SECTIONS = (("topics", topics_section), ("subscribers", subscribers_section),
-            ("catalog_scale", catalog_scale_section))
+            ("catalog_scale", catalog_scale_section), ("history_scale", history_scale_section),
+            ("partitions_wide", partitions_section))
 
 
 BEGIN, END = "<!-- curves of scale: begin -->", "<!-- curves of scale: end -->"
@@ -257,7 +390,7 @@ def sections() -> list[str]:
     out = [BEGIN + "\n"]
     for case, fn in SECTIONS:
         r = load_result(case)
-        if r and r.get("rows"):
+        if r and (r.get("rows") or r.get("summary")):
             try:
                 out += fn(r) + ["\n"]
             except Exception as exc:  # a malformed result must not stop the whole report
