@@ -4,11 +4,15 @@ first point, and a verdict — ``constant``, ``logarithmic``, ``linear`` or ``su
 
 The verdict (:func:`growth`), over points ``x`` spanning at least a factor 8:
 
-- ``constant`` — the largest y is within 1.5× of the smallest (or the fitted growth over the
-  whole span is below 20 % of the first y);
-- ``superlinear`` — the log-log exponent of ``y - y(x0)`` against ``x`` is ≥ 1.3;
-- otherwise ``linear`` if ``y = a + b·x`` fits at least as well (R²) as the logarithm, else
-  ``logarithmic``.
+- ``falling`` — the fitted slope is negative and the last y below 2/3 of the first (a fixed
+  cost amortised);
+- ``constant`` — the largest y is within 1.5× of the smallest, or the fitted rise over the whole
+  span is below half the median y (noise about a level, or a fall);
+- otherwise by the log-log exponent k of ``y - y(x0)`` against ``x`` (the growth above the
+  first point): ``superlinear`` for k ≥ 1.3, ``linear`` for 0.8 ≤ k < 1.3, ``sublinear`` for
+  0.5 ≤ k < 0.8, ``logarithmic`` below 0.5 (a logarithm's exponent over 3 decades is ~0.2-0.4);
+- without an exponent (the curve falls): ``linear`` if ``y = a + b·x`` fits at least as well (R²)
+  as the logarithm, else ``logarithmic``.
 
 Also process measurements from ``/proc`` (threads, open file descriptors, resident memory) and
 CPU seconds from ``time.process_time()`` (``CLOCK_PROCESS_CPUTIME_ID``: every thread of the
@@ -60,11 +64,16 @@ def fit(xs, ys) -> dict | None:
 def growth(f: dict, ys) -> str:
     lo, hi = min(ys), max(ys)
     span = f["x_span"][1] - f["x_span"][0]
-    fitted_growth = abs(f["linear"]["slope"] * span)
-    if (lo > 0 and hi / lo < 1.5) or (ys[0] != 0 and fitted_growth < 0.2 * abs(ys[0])):
+    rise = f["linear"]["slope"] * span  # the fitted change over the whole span
+    mid = sorted(abs(y) for y in ys)[len(ys) // 2]
+    if f["linear"]["slope"] < 0 and ys[-1] < 0.67 * ys[0]:
+        return "falling"
+    if (lo > 0 and hi / lo < 1.5) or rise < 0.5 * mid:
         return "constant"
-    if f["loglog_exponent"] is not None and f["loglog_exponent"] >= 1.3:
-        return "superlinear"
+    k = f["loglog_exponent"]
+    if k is not None:
+        return ("superlinear" if k >= 1.3 else "linear" if k >= 0.8 else "sublinear" if k >= 0.5
+                else "logarithmic")
     return "linear" if f["linear"]["r2"] >= f["log2"]["r2"] else "logarithmic"
 
 
@@ -95,3 +104,30 @@ def describe(f: dict | None, unit: str, per: str = "unit", scale: float = 1.0, f
             f"intercept {fmt.format(lin['intercept'] * scale)} {unit} (R² {lin['r2']:.2f}"
             + (f", log-log exponent {f['loglog_exponent']:.2f}" if f["loglog_exponent"] is not None else "")
             + ")")
+
+
+def resummarise(names=("topics", "subscribers", "catalog_scale", "partitions_wide", "history_scale")) -> None:
+    """Recompute the ``summary`` (fits and verdicts) of result files from their rows — after a
+    change of :func:`growth`, without measuring again (``python -m benchmarks.curves``)."""
+    import importlib
+    import json
+
+    from . import RESULTS
+    mods = {"topics": "bench_topics", "subscribers": "bench_subscribers",
+            "catalog_scale": "bench_catalog_scale", "partitions_wide": "bench_partitions",
+            "history_scale": "bench_history_scale"}
+    for name in names:
+        path = RESULTS / f"{name}.json"
+        if not path.exists():
+            continue
+        r = json.loads(path.read_text())
+        mod = importlib.import_module(f"{__package__}.{mods[name]}")
+        if name == "catalog_scale":
+            r["summary"] = mod.summarise(r["rows"], r["plan"]["stores"])
+        elif hasattr(mod, "summarise"):
+            r["summary"] = mod.summarise(r["rows"])
+        path.write_text(json.dumps(r, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    resummarise()

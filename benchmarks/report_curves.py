@@ -242,6 +242,21 @@ def catalog_scale_section(r) -> list[str]:
         for op in OPS:
             out.append(f"- `{op}`: {describe(s.get(f'{store}.{op}'), 'µs', 'entry', 1, '{:.4g}')}; CPU "
                        f"{describe(s.get(f'{store}.{op}.cpu'), 'µs', 'entry', 1, '{:.4g}')}\n")
+    pg = [x for x in r["rows"] if x.get("server_execution_us")]
+    if pg:
+        from .bench_catalog_scale import PLANNED
+        out.append("\nPostgreSQL's own execution time of the hot statements (`EXPLAIN ANALYZE`, median of 40 "
+                   "random names, µs) — the store's work without the client, the socket and this busy machine's "
+                   "scheduling:\n\n")
+        out.append(_table(["N"] + list(PLANNED), [(x["count"],) + tuple(f"{x['server_execution_us'].get(w, 0):.0f}"
+                                                                       for w in PLANNED) for x in pg]))
+        out.append("\n" + "".join(f"- {w}: {describe(s.get(f'postgresql.server.{w}'), 'µs', 'entry', 1, '{:.3g}')}\n"
+                                   for w in PLANNED))
+    plans = [x for x in r["rows"] if x.get("plans")]
+    for x in plans:
+        out.append(f"\nPlans at N = {x['count']} on {x['store']}: " + "; ".join(
+            f"{w}: `{(v[1] if x['store'] == 'postgresql' and len(v) > 1 and w.endswith('ack') else v[0]).strip()}`"
+            for w, v in x["plans"].items()) + "\n")
     if r["rows"]:
         out.append(f"\n![catalog scale]({_catalog_plot(r)})\n")
     return out

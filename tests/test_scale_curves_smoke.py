@@ -31,3 +31,35 @@ def test_topics_case_tiny():
     assert two["publishers_opened"] == 2 and two["subscribers_opened"] == 2
     assert two["publishers"]["end"]["threads"] > r["rows"][0]["publishers"]["end"]["threads"]
     assert "publishers.cpu_frac" in r["summary"]
+
+
+def test_catalog_scale_case_tiny_sqlite():
+    from benchmarks import bench_catalog_scale
+    r = bench_catalog_scale.run(quick=True, stores=("sqlite",), counts=(1, 30), seconds=0.06)
+    assert r["ok"], r["errors"]
+    assert [x["count"] for x in r["rows"]] == [1, 30]
+    for op in bench_catalog_scale.OPS:
+        assert r["rows"][1][op]["calls"] > 0 and r["rows"][1][op]["median_us"] > 0
+
+
+def test_partitions_case_tiny():
+    from benchmarks import bench_partitions
+    row = bench_partitions.partitions_run(3, 0.3)
+    assert row["ok"], row.get("error")
+    assert row["records"] == row["epochs"] * 3 * bench_partitions.PER_MESSAGE
+
+
+def test_subscribers_case_tiny_through_a_relay_tree():
+    from benchmarks import bench_subscribers
+    row = bench_subscribers.point(2, "tree", 0.4)
+    assert row["ok"], row.get("error")
+    assert row["relay_levels"] == 2 and row["records_sent"] > 0
+    assert row["delivered_fraction"] == 1.0
+
+
+def test_history_scale_case_tiny():
+    from benchmarks import bench_history_scale
+    r = bench_history_scale.run(quick=True, sizes=(2_000_000, 4_000_000), replay_s=0.1)
+    assert r["ok"], r["error"]
+    assert [x["log_bytes"] >= t for x, t in zip(r["rows"], (2_000_000, 4_000_000))] == [True, True]
+    assert r["rows"][1]["first_mid"]["time"] >= r["rows"][1]["epochs"] // 2
