@@ -141,6 +141,29 @@ def partitions_run(parts: int, seconds: float) -> dict:
     return row
 
 
+def _summ(rows, key):
+    labels = sorted({r["variant"] for r in rows}, key=int)
+    med = []
+    for lab in labels:
+        vals = [r[key] for r in rows if r["variant"] == lab and r.get("ok") and r.get(key) is not None]
+        med.append((int(lab), paired.summary(vals)))
+    xs = [x for x, s in med if s]
+    return {"by_value": med, "fit": curves.fit(xs, [s["median"] for _, s in med if s])}
+
+
+def summarise(rows: dict, polls=None) -> dict:
+    """``rows``: ``{"partitions": [...], "widths": [...]}`` (the result's ``rows``)."""
+    summary = {f"partitions.{k}": _summ(rows["partitions"], k) for k in
+               ("records_per_s", "epochs_per_s", "sub_cpu_us_per_epoch", "sub_cpu_ns_per_record",
+                "sub_cpu_us_per_partition_message", "pub_cpu_ns_per_record")}
+    summary.update({f"widths.{k}": _summ(rows["widths"], k) for k in
+                    ("records_per_s", "epochs_per_s", "sub_cpu_us_per_step", "sub_cpu_us_per_epoch",
+                     "sub_cpu_ns_per_record")})
+    if polls:
+        summary["poll_cpu_us"] = curves.fit([x["sockets"] for x in polls], [x["cpu_us_per_poll"] for x in polls])
+    return summary
+
+
 def run(quick: bool = False, log=print) -> dict:
     p = plan(quick)
     seconds = paired.seconds(quick)
@@ -168,25 +191,10 @@ def run(quick: bool = False, log=print) -> dict:
     parts = paired.interleave([str(n) for n in p["partitions"]], reps, part, log=log)
     widths = paired.interleave([str(w) for w in p["widths"]], reps, width, log=log)
 
-    def summ(rows, labels, key):
-        med = []
-        for lab in labels:
-            vals = [r[key] for r in rows if r["variant"] == lab and r.get("ok") and r.get(key) is not None]
-            med.append((int(lab), paired.summary(vals)))
-        xs = [x for x, s in med if s]
-        return {"by_value": med, "fit": curves.fit(xs, [s["median"] for _, s in med if s])}
-
-    pl, wl = [str(n) for n in p["partitions"]], [str(w) for w in p["widths"]]
-    summary = {f"partitions.{k}": summ(parts, pl, k) for k in
-               ("records_per_s", "epochs_per_s", "sub_cpu_us_per_epoch", "sub_cpu_ns_per_record",
-                "sub_cpu_us_per_partition_message", "pub_cpu_ns_per_record")}
-    summary.update({f"widths.{k}": summ(widths, wl, k) for k in
-                    ("records_per_s", "epochs_per_s", "sub_cpu_us_per_step", "sub_cpu_us_per_epoch",
-                     "sub_cpu_ns_per_record")})
     polls = poll_cost(p["poll_sockets"])
     for x in polls:
         log(f"  poll over {x['sockets']:4d} sockets: {x['cpu_us_per_poll']:.1f} µs")
-    summary["poll_cpu_us"] = curves.fit([x["sockets"] for x in polls], [x["cpu_us_per_poll"] for x in polls])
+    summary = summarise({"partitions": parts, "widths": widths}, polls)
     rows = parts + widths
     return {"quick": quick, "poll": polls, "repeats": reps, "seconds_per_run": seconds, "plan": p,
             "rows": {"partitions": parts, "widths": widths}, "summary": summary,

@@ -9,7 +9,9 @@ The verdict (:func:`growth`), over points ``x`` spanning at least a factor 8:
 - ``constant`` — the largest y is within 1.5× of the smallest, or the fitted rise over the whole
   span is below half the median y (noise about a level, or a fall);
 - otherwise by the log-log exponent k of ``y - y(x0)`` against ``x`` (the growth above the
-  first point): ``superlinear`` for k ≥ 1.3, ``linear`` for 0.8 ≤ k < 1.3, ``sublinear`` for
+  first point): ``superlinear`` for k ≥ 1.3 when the exponent of ``y`` itself is ≥ 1.3 too (a
+  small first step inflates k: ``y = 29·x`` measured as 43, 56, 134, ... has k 1.6 but an
+  exponent of 0.9), ``linear`` for 0.8 ≤ k < 1.3, ``sublinear`` for
   0.5 ≤ k < 0.8, ``logarithmic`` below 0.5 (a logarithm's exponent over 3 decades is ~0.2-0.4);
 - without an exponent (the curve falls): ``linear`` if ``y = a + b·x`` fits at least as well (R²)
   as the logarithm, else ``logarithmic``.
@@ -53,10 +55,11 @@ def fit(xs, ys) -> dict | None:
     y0 = Y[0]
     above = [(math.log(x / X[0]), math.log(y - y0)) for x, y in pts[1:] if y > y0 > 0 or (y0 <= 0 < y)]
     expo = _lsq([p[0] for p in above], [p[1] for p in above])[1] if len(above) >= 2 else None
+    direct = _lsq([math.log(x) for x in X], [math.log(y) for y in Y])[1] if min(Y) > 0 else None
     out = {"points": len(pts), "x_span": [X[0], X[-1]],
            "linear": {"intercept": a, "slope": b, "r2": r2},
            "log2": {"intercept": la, "slope": lb, "r2": lr2},
-           "loglog_exponent": expo}
+           "loglog_exponent": expo, "loglog_exponent_direct": direct}
     out["growth"] = growth(out, Y)
     return out
 
@@ -70,10 +73,11 @@ def growth(f: dict, ys) -> str:
         return "falling"
     if (lo > 0 and hi / lo < 1.5) or rise < 0.5 * mid:
         return "constant"
-    k = f["loglog_exponent"]
+    k, kd = f["loglog_exponent"], f.get("loglog_exponent_direct")
     if k is not None:
-        return ("superlinear" if k >= 1.3 else "linear" if k >= 0.8 else "sublinear" if k >= 0.5
-                else "logarithmic")
+        if k >= 1.3 and (kd is None or kd >= 1.3):
+            return "superlinear"
+        return "linear" if k >= 0.8 else "sublinear" if k >= 0.5 else "logarithmic"
     return "linear" if f["linear"]["r2"] >= f["log2"]["r2"] else "logarithmic"
 
 
@@ -124,6 +128,8 @@ def resummarise(names=("topics", "subscribers", "catalog_scale", "partitions_wid
         mod = importlib.import_module(f"{__package__}.{mods[name]}")
         if name == "catalog_scale":
             r["summary"] = mod.summarise(r["rows"], r["plan"]["stores"])
+        elif name == "partitions_wide":
+            r["summary"] = mod.summarise(r["rows"], r.get("poll"))
         elif hasattr(mod, "summarise"):
             r["summary"] = mod.summarise(r["rows"])
         path.write_text(json.dumps(r, indent=1, default=str) + "\n")

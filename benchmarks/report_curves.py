@@ -318,6 +318,24 @@ def history_scale_section(r) -> list[str]:
     out.append(f"- first epoch from the middle (the epoch index): {describe(s.get('first_mid_s'), 'ms', 'GB', 1e3, '{:.3g}')}\n")
     out.append(f"- replay rate: {describe(s.get('replay_records_per_s'), 'records/s', 'GB', 1, '{:.3g}')}\n")
     if rows:
+        big = rows[-1]
+        out.append(
+            f"\n**Where it grows, and the fix not made.** The time to the first epoch grows with the log: at "
+            f"{big['log_bytes'] / 1e9:.0f} GB ({big['epochs']} epochs) {big['first_earliest']['seconds'] * 1e3:.0f} ms from "
+            f"`earliest` and {big['first_mid']['seconds'] * 1e3:.0f} ms from the middle. The epoch index finds the "
+            "position at once; what grows is the fill's reading of the index *after* it: "
+            "`HistoryFill.insert` (`transport/fill.py`) reads every index row from the position to the "
+            "subscriber's join (`Catalog.history_epochs(min_t0=...)`, one `EpochRecord` each, ~10 µs a row) and "
+            "hands out one `HistoryBatch` of them all before the first epoch (a cProfile of a 20,000-epoch log: "
+            "120 of 149 ms in `history_epochs`, 10,000 rows from the middle; 4 ms from 10 epochs before the end). "
+            "The batch's *data* is read lazily; its index is not. The fix: read the index in pages (a `LIMIT` "
+            "on `history_epochs`, the next page when the batch's reader reaches its end) while the batch keeps "
+            "holding back the live epochs behind it, so the first epoch costs one page; it changes the order "
+            "in which the fill and the live stream are interleaved — the heart of the gap-free join — and is "
+            "left for its own change with the history conformance tests. The replay rate falls as the log "
+            "grows on this machine because the log no longer fits the page cache (23 GiB of RAM, "
+            "17 GiB free) and is read from the shared disk; decoding 1,000-tuple messages caps it at "
+            "~5-6 M records/s when cached.\n")
         out.append(f"\n![retained history]({_history_plot(r)})\n")
     return out
 
