@@ -20,7 +20,7 @@ Measured per point by the parent from ``/proc/<pid>/task/*/schedstat`` (CPU of e
 nanoseconds) and ``/proc/<pid>/status`` (VmRSS) of every process at the start and the end of the window:
 publisher CPU per record sent and per record per subscriber, relay CPU per record per level,
 subscriber CPU per record delivered, records delivered per second (all subscribers) and the
-fraction of the offered records delivered (after a drain of ``DRAIN_S`` seconds), and memory.
+fraction of the offered records delivered (after a drain of ``DRAIN_S`` seconds; quick: 1 s), and memory.
 Where the machine cannot keep up the fraction falls below 1: that is where the curve breaks here.
 """
 
@@ -45,8 +45,9 @@ DRAIN_S = 3.0
 
 def plan(quick: bool) -> dict:
     if quick:
-        return {"counts": (1, 10, 40), "topologies": ("direct", "tree"), "window_s": 1.5}
-    return {"counts": (1, 10, 100, 300, 1000), "topologies": ("direct", "tree"), "window_s": 5.0}
+        return {"counts": (1, 10, 40), "topologies": ("direct", "tree"), "window_s": 1.5, "drain_s": 1.0}
+    return {"counts": (1, 10, 100, 300, 1000), "topologies": ("direct", "tree"), "window_s": 5.0,
+            "drain_s": DRAIN_S}
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -108,7 +109,7 @@ def _relays(specs, catalog, q):
         q.put(("error", f"relays: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 
 
-def _subscribers(targets, q, stop):
+def _subscribers(targets, q, stop, drain_s=DRAIN_S):
     try:
         from epochstream import Subscriber
         counts = [0] * len(targets)
@@ -128,7 +129,7 @@ def _subscribers(targets, q, stop):
             threading.Thread(target=consume, args=(i, s), daemon=True).start()
         q.put(("ready", len(subs)))
         stop.wait(3600)
-        time.sleep(DRAIN_S)
+        time.sleep(drain_s)
         q.put(("counted", sum(counts), min(counts) if counts else 0))
         time.sleep(3600)
     except BaseException as exc:
@@ -165,7 +166,7 @@ def _tree(ctx, topic, catalog, procs) -> tuple[list, list]:
     return leaves, levels
 
 
-def point(n: int, topology: str, window: float) -> dict:
+def point(n: int, topology: str, window: float, drain_s: float = DRAIN_S) -> dict:
     ctx = mp.get_context("spawn")
     tmp = tempfile.mkdtemp(prefix="es-subs-")
     catalog = os.path.join(tmp, "catalog.db")
@@ -188,7 +189,7 @@ def point(n: int, topology: str, window: float) -> dict:
         sq, sstop = ctx.Queue(), ctx.Event()
         subs = []
         for share in shares:
-            p = ctx.Process(target=_subscribers, args=(share, sq, sstop), daemon=True)
+            p = ctx.Process(target=_subscribers, args=(share, sq, sstop, drain_s), daemon=True)
             p.start()
             procs.append(p)
             subs.append(p)
@@ -207,7 +208,7 @@ def point(n: int, topology: str, window: float) -> dict:
         sstop.set()
         delivered = min_sub = 0
         for i in range(len(subs)):
-            _, total, least = _get(sq, "counted", 60 + DRAIN_S)
+            _, total, least = _get(sq, "counted", 60 + drain_s)
             delivered += total
             min_sub = least if i == 0 else min(min_sub, least)
         records = sent.value * PER_MESSAGE
@@ -266,7 +267,7 @@ def run(quick: bool = False, log=print, counts=None, window=None) -> dict:
     rows = []
     for n in p["counts"]:
         for topo in p["topologies"]:  # interleaved: both topologies of a count run back to back
-            r = point(n, topo, p["window_s"])
+            r = point(n, topo, p["window_s"], p.get("drain_s", DRAIN_S))
             rows.append(r)
             if r["ok"]:
                 log(f"  subscribers N={n:4d} {topo:6s}: delivered {r['delivered_fraction']:.3f} of offered, "

@@ -14,6 +14,9 @@ wait ``settle`` seconds, then read ``/proc/self`` (threads, open file descriptor
 a ``window`` of idle seconds. ``N = 0`` is the bare process (interpreter, epochstream imported,
 nothing opened): the per-topic figures are ``(value(N) - value(0)) / N``.
 
+``fanin``: one idle publisher with N idle subscribers (N in ``plan()["fanin"]``): the
+publisher's CPU per idle subscriber (pings in, heartbeats out).
+
 A point that fails (the process cannot open its ``N``-th publisher or subscriber) is recorded
 with how many it got and the error: that is where the curve breaks on this machine.
 """
@@ -29,12 +32,14 @@ from . import curves
 
 FULL_COUNTS = (0, 1, 10, 100, 300, 1000)
 QUICK_COUNTS = (0, 1, 10, 100)
+FANIN_FULL = (1, 10, 100, 300)
+FANIN_QUICK = (1, 30)
 
 
 def plan(quick: bool) -> dict:
     if quick:
-        return {"counts": QUICK_COUNTS, "window_s": 1.5, "settle_s": 0.5}
-    return {"counts": FULL_COUNTS, "window_s": 20.0, "settle_s": 2.0}
+        return {"counts": QUICK_COUNTS, "fanin": FANIN_QUICK, "window_s": 1.5, "settle_s": 0.5}
+    return {"counts": FULL_COUNTS, "fanin": FANIN_FULL, "window_s": 20.0, "settle_s": 2.0}
 
 
 def _open_publishers(n: int) -> tuple[list, str | None]:
@@ -48,12 +53,13 @@ def _open_publishers(n: int) -> tuple[list, str | None]:
     return pubs, err
 
 
-def _open_subscribers(endpoints: list) -> tuple[list, str | None]:
+def _open_subscribers(endpoints: list, fanin: bool = False) -> tuple[list, str | None]:
     from epochstream import Subscriber
     subs, err = [], None
     try:
         for i, ep in enumerate(endpoints):
-            subs.append(Subscriber(f"idle-{i}", endpoints=[ep], codec="msgpack", timeout=60))
+            subs.append(Subscriber("idle-0" if fanin else f"idle-{i}", endpoints=[ep], codec="msgpack",
+                                   timeout=60))
     except Exception as exc:
         err = f"{type(exc).__name__}: {exc}"
     for s in subs:
@@ -69,15 +75,15 @@ def _consume(sub) -> None:
         pass
 
 
-def _holder(role: str, n: int, endpoints, q, go, window: float, settle: float) -> None:
+def _holder(role: str, n: int, endpoints, q, go, window: float, settle: float, fanin: bool = False) -> None:
     try:
         import epochstream  # noqa: F401  (the bare process has the package imported)
         base = curves.proc_status()
         if role == "pub":
-            objs, err = _open_publishers(n)
+            objs, err = _open_publishers(1 if fanin and n else n)
             q.put(("endpoints", [p.endpoint for p in objs], err))
         else:
-            objs, err = _open_subscribers(endpoints)
+            objs, err = _open_subscribers(endpoints, fanin)
             q.put(("ready", len(objs), err))
         if not go.wait(300):
             raise TimeoutError("never told to measure")
@@ -107,18 +113,21 @@ def _get(q, procs, kind: str, timeout: float):
             return msg
 
 
-def point(n: int, window: float, settle: float) -> dict:
-    """Measure ``n`` idle topics; returns the row (``ok`` False with the error if it broke)."""
+def point(n: int, window: float, settle: float, fanin: bool = False) -> dict:
+    """Measure ``n`` idle topics (``fanin``: one idle topic with ``n`` subscribers); returns the
+    row (``ok`` False with the error if it broke)."""
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
     procs = []
-    row = {"topics": n, "window_s": window, "loadavg_before": curves.loadavg(), "ok": False}
+    row = {"topics": n, "mode": "fanin" if fanin else "topics", "window_s": window, "loadavg_before": curves.loadavg(), "ok": False}
     try:
-        pub = ctx.Process(target=_holder, args=("pub", n, None, q, go, window, settle), daemon=True)
+        pub = ctx.Process(target=_holder, args=("pub", n, None, q, go, window, settle, fanin), daemon=True)
         pub.start()
         procs.append(pub)
         _, endpoints, perr = _get(q, procs, "endpoints", 120 + n * 0.2)
-        sub = ctx.Process(target=_holder, args=("sub", n, endpoints, q, go, window, settle), daemon=True)
+        if fanin:
+            endpoints = endpoints * n
+        sub = ctx.Process(target=_holder, args=("sub", n, endpoints, q, go, window, settle, fanin), daemon=True)
         sub.start()
         procs.append(sub)
         _, ready, serr = _get(q, procs, "ready", 120 + n * 0.2)
@@ -127,7 +136,7 @@ def point(n: int, window: float, settle: float) -> dict:
         for _ in range(2):
             _, role, m = _get(q, procs, "measured", window + settle + 60)
             got[role] = m
-        row.update(publishers=got["pub"], subscribers=got["sub"], publishers_opened=len(endpoints),
+        row.update(publishers=got["pub"], subscribers=got["sub"], publishers_opened=got["pub"]["opened"],
                    subscribers_opened=got["sub"]["opened"], ok=not perr and not serr,
                    error=perr or serr)
     except Exception as exc:
@@ -142,6 +151,7 @@ def point(n: int, window: float, settle: float) -> dict:
 
 def _per_topic(rows, role: str, key: str) -> list:
     """(N, value(N) - value(0)) for the successful points N > 0 of one process role."""
+    rows = [r for r in rows if r.get("mode", "topics") == "topics"]
     base = next((r for r in rows if r["topics"] == 0 and r["ok"]), None)
     if base is None:
         return []
@@ -159,6 +169,11 @@ def summarise(rows) -> dict:
             pts = _per_topic(rows, role, key)
             out[f"{role}.{key}"] = {"points": pts, "fit": curves.fit([x for x, _ in pts], [y for _, y in pts]),
                                     "per_topic_at_max": (pts[-1][1] / pts[-1][0]) if pts else None}
+    fan = [r for r in rows if r.get("mode") == "fanin" and r["ok"]]
+    if fan:
+        for role in ("publishers", "subscribers"):
+            pts = [(r["topics"], r[role]["cpu_frac"]) for r in fan]
+            out[f"fanin.{role}.cpu_frac"] = {"points": pts, "fit": curves.fit([x for x, _ in pts], [y for _, y in pts])}
     broke = [r for r in rows if not r["ok"]]
     out["breaks_at"] = ({"topics": broke[0]["topics"], "publishers_opened": broke[0].get("publishers_opened"),
                          "subscribers_opened": broke[0].get("subscribers_opened"), "error": broke[0].get("error")}
@@ -166,10 +181,12 @@ def summarise(rows) -> dict:
     return out
 
 
-def run(quick: bool = False, log=print, counts=None, window=None) -> dict:
+def run(quick: bool = False, log=print, counts=None, window=None, fanin=None) -> dict:
     p = plan(quick)
     if counts is not None:
         p["counts"] = tuple(counts)
+    if fanin is not None:
+        p["fanin"] = tuple(fanin)
     if window is not None:
         p["window_s"] = float(window)
     t0 = time.monotonic()
@@ -185,5 +202,11 @@ def run(quick: bool = False, log=print, counts=None, window=None) -> dict:
                 f"{r['subscribers']['end']['rss_kib'] / 1024:.0f} MiB")
         else:
             log(f"  topics N={n:4d}: BROKE {r.get('error')}")
+    for n in p.get("fanin", ()):
+        r = point(n, p["window_s"], p["settle_s"], fanin=True)
+        rows.append(r)
+        log(f"  one topic, {n:4d} idle subscribers: " + (
+            f"pub {r['publishers']['cpu_frac'] * 100:.3f} % core, {r['publishers']['end']['fds']} fds | subs "
+            f"{r['subscribers']['cpu_frac'] * 100:.3f} % core" if r["ok"] else f"BROKE {r.get('error')}"))
     return {"quick": quick, "plan": p, "rows": rows, "summary": summarise(rows),
             "ok": all(r["ok"] for r in rows), "wall_s": round(time.monotonic() - t0, 1)}

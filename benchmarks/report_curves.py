@@ -64,6 +64,17 @@ def topics_section(r) -> list[str]:
         for key, (unit, scale, fmt) in names.items():
             e = s[f"{role}.{key}"]
             out.append(f"- {role[:-1]} {unit}: {describe(e['fit'], unit, 'topic', scale, fmt)}\n")
+    one = next((x for x in rows if x["topics"] == 1), None)
+    base = next((x for x in rows if x["topics"] == 0), None)
+    if one and base:
+        vals = [(one[k]["cpu_frac"] - base[k]["cpu_frac"]) * 100 for k in ("publishers", "subscribers")]
+        slopes = [s[f"{k}.cpu_frac"]["fit"]["linear"]["slope"] * 100 for k in ("publishers", "subscribers")
+                  if s.get(f"{k}.cpu_frac", {}).get("fit")]
+        ok = all(v <= 0.1 for v in vals + slopes)
+        out.append(f"\n**Idle target (≤ 0.1 % of a core per idle publisher or subscriber): {'met' if ok else 'missed'}** — "
+                   f"one idle publisher {vals[0]:.3f} %, one idle subscriber {vals[1]:.3f} % above the bare process; "
+                   + (f"per topic among many {slopes[0]:.4f} % and {slopes[1]:.4f} % (the slopes). " if len(slopes) == 2 else "")
+                   + f"Load average at the start {r.get('loadavg_at_start', ['?'])[0]} on 2 cores.\n")
     br = s.get("breaks_at")
     out.append("\n" + (f"Broke at N = {br['topics']}: {br['error']}\n" if br else
                        f"No point broke up to N = {max(x['topics'] for x in rows)}.\n"))

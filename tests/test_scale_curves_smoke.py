@@ -25,9 +25,11 @@ def test_fit_tells_constant_linear_and_logarithmic_apart():
 
 
 def test_topics_case_tiny():
-    r = bench_topics.run(quick=True, counts=(0, 2), window=0.2)
+    r = bench_topics.run(quick=True, counts=(0, 2), window=0.2, fanin=(3,))
     assert r["ok"], r["rows"]
     two = r["rows"][1]
+    fan = r["rows"][2]
+    assert fan["mode"] == "fanin" and fan["publishers_opened"] == 1 and fan["subscribers_opened"] == 3
     assert two["publishers_opened"] == 2 and two["subscribers_opened"] == 2
     assert two["publishers"]["end"]["threads"] > r["rows"][0]["publishers"]["end"]["threads"]
     assert "publishers.cpu_frac" in r["summary"]
