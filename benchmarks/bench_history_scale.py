@@ -124,7 +124,9 @@ def first_epoch(catalog, start) -> dict:
     return {"seconds": t2 - t0, "constructor_s": t1 - t0, "time": ep.time, "records": len(ep.records)}
 
 
-def replay(catalog, seconds: float) -> dict:
+def replay(catalog, seconds: float, total_epochs: int | None = None) -> dict:
+    """Read from ``earliest`` for ``seconds``, or to the end of the log (``total_epochs``: a
+    small log is read whole sooner, and then the idle publisher sends nothing more)."""
     from epochstream import Subscriber
     t0, cpu0 = time.monotonic(), time.process_time()
     sub = Subscriber(TOPIC, catalog, start="earliest", timeout=120)
@@ -133,11 +135,12 @@ def replay(catalog, seconds: float) -> dict:
         if hasattr(ep, "records"):
             records += len(ep.records)
             epochs += 1
-        if time.monotonic() - t0 >= seconds:
+        if time.monotonic() - t0 >= seconds or (total_epochs is not None and epochs >= total_epochs):
             break
     dt, cpu = time.monotonic() - t0, time.process_time() - cpu0
     sub.close()
     return {"seconds": dt, "records": records, "epochs": epochs, "records_per_s": records / dt,
+            "read_to_the_end": total_epochs is not None and epochs >= total_epochs,
             "sub_cpu_fraction": cpu / dt}
 
 
@@ -180,7 +183,7 @@ def run(quick: bool = False, log=print, sizes=None, replay_s=None) -> dict:
             drop_cache(logdir)
             row["first_mid"] = first_epoch(catalog, at["epochs"] // 2)
             drop_cache(logdir)
-            rp = replay(catalog, p["replay_s"])
+            rp = replay(catalog, p["replay_s"], at["epochs"])
             rp["MB_per_s"] = rp["records"] / RECORDS_PER_MESSAGE / MESSAGES_PER_EPOCH * bytes_per_epoch / rp["seconds"] / 1e6
             row["replay"] = rp
             rows.append(row)

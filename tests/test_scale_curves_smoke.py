@@ -53,7 +53,7 @@ def test_partitions_case_tiny():
 
 def test_subscribers_case_tiny_through_a_relay_tree():
     from benchmarks import bench_subscribers
-    row = bench_subscribers.point(2, "tree", 0.4)
+    row = bench_subscribers.point(2, "tree", 0.4, drain_s=0.3)
     assert row["ok"], row.get("error")
     assert row["relay_levels"] == 2 and row["records_sent"] > 0
     assert row["delivered_fraction"] == 1.0
