@@ -4,7 +4,8 @@ Runs the benchmark cases (default: the core suite, :data:`CORE` — the transpor
 latency, fan-out, scale, peers and this machine's ceilings, issue 10; ``--all`` adds the
 feature cases :data:`FEATURES` — durable history, consumer groups, filters at the source, the
 network catalog, the Spark source, CURVE — each also runnable alone with ``--case``), writes
-``benchmarks/results/<case>.json`` after each case (``$BENCH_RESULTS``: another directory, for
+``benchmarks/results/<case>.json`` after each case (and, with ``--all``, the curves of scale of
+issue 28, :data:`CURVES`: docs/benchmarks.md's "Curve" sections and docs/scale.md's unit costs) (``$BENCH_RESULTS``: another directory, for
 trial runs that must not replace the published results) and regenerates ``docs/benchmarks.md`` + ``docs/img/*.png`` from every result file present.
 Installs what it needs when missing: the ``bench`` pip extras into this interpreter, and
 redis-server / nats-server with apt-get (root). ``--quick`` runs a reduced grid with short runs
@@ -92,7 +93,8 @@ def main(argv=None) -> int:
     ap.add_argument("--case", action="append", choices=CASES, metavar="NAME",
                     help=f"run only this case (repeatable): {', '.join(CASES)}")
     ap.add_argument("--all", action="store_true",
-                    help=f"also the feature cases ({', '.join(FEATURES)})")
+                    help=f"also the feature cases ({', '.join(FEATURES)}) and the curves of scale "
+                         f"({', '.join(CURVES)})")
     ap.add_argument("--no-report", action="store_true", help="do not regenerate docs/benchmarks.md")
     args = ap.parse_args(argv)
     cases = args.case or [c for c in (CASES if args.all else CORE)
