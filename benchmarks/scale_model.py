@@ -43,6 +43,10 @@ def unit_costs() -> dict:
     out = {}
     subs, parts, topics = _load("subscribers"), _load("partitions_wide"), _load("topics")
     cat, stores = _load("catalog_scale"), _load("catalog_stores")
+    mem = _load("memory")
+    if mem.get("summary", {}).get("bytes_per_subscriber"):
+        out["sub_rss_idle"] = (mem["summary"]["bytes_per_subscriber"]["median"] / 1024, "KiB of publisher memory per "
+                               "connected idle subscriber", "memory.json summary.bytes_per_subscriber.median / 1024")
     if subs:
         f = subs["summary"]["direct.pub_cpu_us_per_record"]
         out["fan"] = (f["linear"]["slope"], "µs CPU per record per subscriber (publisher, marginal)",
@@ -139,6 +143,7 @@ def predict(u: dict, d: dict = DEPLOYMENT) -> dict:
     out["direct"] = {
         "publisher_cores_per_partition": (E * (pub_msg + S * fan_msg) + S * pair) / 1e6,
         "publisher_rss_gib_per_partition": S * u["sub_rss"][0] / 2**20 if "sub_rss" in u else None,
+        "publisher_rss_gib_per_partition_idle": S * u["sub_rss_idle"][0] / 2**20 if "sub_rss_idle" in u else None,
         "connections": S * P, "fds_per_partition_publisher": S + 4, "fds_per_subscriber": 2 * P,
         "subscriber_cores_each_best": reader(P, P * E, E),  # one read pass per epoch
         "subscriber_cores_each_worst": reader(P, P * E, P * E),  # one pass per message
