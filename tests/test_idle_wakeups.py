@@ -64,7 +64,7 @@ def test_an_idle_timeout_is_still_kept_to_about_a_tenth_of_a_second():
         with pytest.raises(TimeoutError):
             for _ in sub.epochs(timeout=0.7):
                 pass
-        assert 0.7 <= time.monotonic() - t0 < 1.5  # the last slice ends with the timeout, not 0.5 s later
+        assert 0.7 <= time.monotonic() - t0 < 1.05  # the last slice ends with the timeout (unbounded: ~1.1 s)
     finally:
         sub.close()
         pub.close(linger=1)
