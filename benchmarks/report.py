@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import time
 from pathlib import Path
 
-from . import DOCS, IMG, RESULTS, load_result, median, paired
+from . import DOCS, IMG, load_result, median, paired
 
 RULES = """\
 ## Measurement rules
@@ -560,6 +560,17 @@ def _expect(peers, fanout) -> list[str]:
     return ["## What to expect\n", "\n".join(out) + "\n"]
 
 
+_HAND = re.compile(r"^<!-- hand: (\S+).*?-->\n.*?^<!-- /hand: \1 -->\n?", re.M | re.S)
+
+
+def hand_sections(text: str) -> list[str]:
+    """The sections of ``text`` (docs/benchmarks.md as it is) written by hand, each between
+    ``<!-- hand: NAME ... -->`` and ``<!-- /hand: NAME -->`` (markers included), in their order:
+    :func:`write` keeps them (before "Not measured yet") instead of dropping what it does not
+    generate."""
+    return [m.group(0).rstrip("\n") + "\n" for m in _HAND.finditer(text)]
+
+
 def write() -> Path:
     filt, e2e, peers, fanout, spark, fr = (load_result(c) for c in
                                            ("filter", "e2e", "peers", "fanout", "spark", "frontier"))
@@ -650,6 +661,9 @@ def write() -> Path:
     out += _curve_sections()
     from .import_time import section as _import_time_section
     out += _import_time_section(load_result("import_time")) + ["\n"]
+    DOCS.mkdir(parents=True, exist_ok=True)
+    path = DOCS / "benchmarks.md"
+    out += hand_sections(path.read_text() if path.exists() else "")
     out.append(NOT_YET + "\n")
     out.append(BUDGET)
     out += _budget_measured(results_by_name={
@@ -659,8 +673,6 @@ def write() -> Path:
     out.append("\n")
     out.append(PROFILE_HOWTO + "\n")
     out += _machine_section(results)
-    DOCS.mkdir(parents=True, exist_ok=True)
-    path = DOCS / "benchmarks.md"
     path.write_text("\n".join(s.rstrip("\n") + "\n" for s in out if s.strip()))
     return path
 
@@ -1294,9 +1306,6 @@ def _scale_section(sc) -> list[str]:
     return out
 
 
-if __name__ == "__main__":
-    print(write())
-
 
 # ---------------------------------------------------------------------------------------------
 # filters at the source (issue 14)
@@ -1475,3 +1484,7 @@ def _spark_source_section(s) -> list[str]:
                            ("rows visible", ms(v.get("median")), ms(v.get("p90")),
                             ms(v.get("max")))]))
     return out
+
+
+if __name__ == "__main__":
+    print(write())

@@ -219,3 +219,19 @@ def test_groups_profile_and_backlog_tiny(tmp_path):
     assert 0 < q["sqlite_us_per_fetch_ack"] < q["us_per_fetch_ack"]
     b = bench_groups.backlog_latency((5,), samples=3, base=str(tmp_path))
     assert b[0]["fetch"]["n"] == 3 and b[0]["ack"]["median_ms"] > 0
+
+
+def test_report_keeps_the_sections_written_by_hand():
+    """`python -m benchmarks.report` regenerates docs/benchmarks.md: the sections it does not
+    generate sit between hand markers and are kept, markers and all, in their order."""
+    from benchmarks.report import hand_sections
+
+    text = ("# B\n## generated\nx\n<!-- hand: a (kept) -->\n## A\n1\n\n2\n<!-- /hand: a -->\n"
+            "## more\n<!-- hand: b -->\n## B\n<!-- /hand: a -->\n3\n<!-- /hand: b -->\n")
+    kept = hand_sections(text)
+    assert kept == ["<!-- hand: a (kept) -->\n## A\n1\n\n2\n<!-- /hand: a -->\n",
+                    "<!-- hand: b -->\n## B\n<!-- /hand: a -->\n3\n<!-- /hand: b -->\n"]
+    doc = (Path(__file__).parent.parent / "docs" / "benchmarks.md").read_text()
+    names = [s.split()[2] for s in hand_sections(doc)]
+    assert names == ["catalog_stores", "spark_event_time", "restructuring", "metrics"] or \
+        set(names) >= {"catalog_stores", "spark_event_time", "restructuring", "metrics"}
