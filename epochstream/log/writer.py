@@ -93,6 +93,8 @@ class LogWriter:
         self.incarnation: str | None = None  # the writer's: a newer one fences its commits
         #: the :class:`~epochstream.log.uploader.Uploader` of sealed segments (``store=``)
         self.uploader: Any = None
+        #: the :class:`~epochstream.log.tails.TailChain` of ``upload="frontier"`` (or ``None``)
+        self.tails: Any = None
         self._committed = 0  # bytes of the segment being written the index covers
         self._tail_sent = 0  # of those, bytes handed to the uploader at a close
         self.lease: RetentionLease | None = None  # the partition's retention lease (open())
@@ -137,6 +139,9 @@ class LogWriter:
         self._record_limits()
         self._segment, self._offset = state.segment, state.committed
         self._committed = state.committed
+        if self.tails is not None:
+            self.tails.resume(next((g.object for g in state.segments
+                                    if g.seq == state.segment), None), state.committed)
         self._upload_sealed(state)
         self._segments = list(state.segments)
         self._lower = Antichain(self.order, state.lower)
@@ -317,6 +322,13 @@ class LogWriter:
                 os.fsync(self._file.fileno())             # the lower frontier is in the index
         except OSError as e:
             raise self._fail("write the frontier records", e) from e
+        if self.tails is not None:  # upload="frontier": in the store before it is indexed
+            try:
+                self.tails.upload(segment_path(self.dir, self._segment), self._segment,
+                                  self._offset)
+            except (Fenced, HistoryWriteError) as e:
+                self._failed = e
+                raise
         now = _time.time()
         epochs = [EpochRecord(self.partition, t, self._segment,
                               tuple(tuple(x) for x in self._open[t].extents),
@@ -343,6 +355,8 @@ class LogWriter:
             self._segments.append(SegmentStat(roll_to, 0, 0, None))
             self._oldest = None
             self._tail_sent = 0
+            if self.tails is not None:
+                self.tails.reset()
         self._apply_retention(now)
 
     def _next_segment(self, boundary: bool, now: float) -> tuple:
@@ -427,6 +441,8 @@ class LogWriter:
         self._segments.append(SegmentStat(roll_to, 0, 0, None))
         self._oldest = None
         self._tail_sent = 0
+        if self.tails is not None:
+            self.tails.reset()
 
     def _objects_before(self, keep_from: int) -> list[str]:
         """The objects in the store of the segments numbered below ``keep_from`` (read from the
