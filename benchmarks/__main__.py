@@ -29,7 +29,7 @@ CORE = ("filter", "e2e", "peers", "fanout", "spark", "frontier", "limits", "late
         "memory", "scale")
 """``make bench`` (≤ 20 minutes) and ``make bench-quick`` (≤ 3 minutes): issue 10's suite."""
 FEATURES = ("history", "groups", "pushdown", "catalog", "spark_source", "security",
-            "spark_event_time")
+            "spark_event_time", "store")
 """``make bench-all`` adds these (about 20 minutes more in full): one case per feature issue."""
 CASES = CORE + FEATURES
 MODULES = {"filter": "bench_filter", "e2e": "bench_e2e", "peers": "bench_peers",
@@ -38,7 +38,7 @@ MODULES = {"filter": "bench_filter", "e2e": "bench_e2e", "peers": "bench_peers",
            "memory": "bench_memory", "scale": "bench_scale", "history": "bench_history",
            "groups": "bench_groups", "pushdown": "bench_pushdown", "catalog": "bench_catalog",
            "spark_source": "bench_spark_source", "security": "bench_security",
-           "spark_event_time": "bench_spark_event_time"}
+           "spark_event_time": "bench_spark_event_time", "store": "bench_store"}
 # left out of ``--quick`` unless named with --case: Spark's JVM start-up and warm-up alone take
 # most of a minute, a third of the 3-minute budget (its last result file stays, dated, in the report)
 NOT_QUICK = ("spark", "spark_source", "spark_event_time")

@@ -643,6 +643,8 @@ def write() -> Path:
         out += _catalog_section(catalog) + ["\n"]
     if spark_source and spark_source.get("rows") is not None:
         out += _spark_source_section(spark_source) + ["\n"]
+    from .bench_store import section as _store_section
+    out += _store_section(load_result("store")) + ["\n"]
     opt = load_result("optimizations")
     if opt:
         out += _optimizations_section(opt) + ["\n"]

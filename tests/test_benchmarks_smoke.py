@@ -219,3 +219,25 @@ def test_groups_profile_and_backlog_tiny(tmp_path):
     assert 0 < q["sqlite_us_per_fetch_ack"] < q["us_per_fetch_ack"]
     b = bench_groups.backlog_latency((5,), samples=3, base=str(tmp_path))
     assert b[0]["fetch"]["n"] == 3 and b[0]["ack"]["median_ms"] > 0
+
+
+def test_store_case_tiny(tmp_path, monkeypatch):
+    """The ``store`` case's pieces on a real local S3 server (weed mini): one tiny live run with
+    upload="sealed" and its two replays (from disk, from the store), and the visibility probe."""
+    from benchmarks import bench_store
+
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # (restored after the test)
+        monkeypatch.setenv(k, "x")
+    weed = bench_store.start_weed(str(tmp_path))
+    try:
+        rows = bench_store.store_run("sealed", 0.2, weed.uri("smoke"), segment_bytes=1 << 20,
+                                     replays=bench_store.REPLAYS, base=str(tmp_path))
+        assert [r["variant"] for r in rows] == ["sealed", "history", "history_store"]
+        assert all(r["ok"] for r in rows), rows
+        assert rows[0]["segments_in_store"] == rows[0]["segments"] >= 1
+        assert rows[1]["records"] == rows[2]["records"] == rows[0]["records"]
+        vis = bench_store.visibility(weed.uri("smoke-vis"), 2, base=str(tmp_path))
+        assert vis["frontier"]["readable_ms"]["n"] == 2 and vis["sealed"]["advance_ms"]["n"] == 2
+    finally:
+        weed.stop()
+    assert bench_store.section({"ratios": []}) == []
