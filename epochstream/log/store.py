@@ -219,11 +219,13 @@ class LogStore:
             except FileNotFoundError:
                 pass
 
-    def segment_objects(self, topic: str, partition: int) -> list[tuple[str, int, int]]:
+    def segment_objects(self, topic: str, partition: int,
+                        mtimes: bool = False) -> list[tuple]:
         """Every segment object (``*.eslog``, and tail objects ``*.estail``) of ``partition`` of
         ``topic`` in the store,
         indexed or not, as ``(name, seq, bytes)`` (``seq`` -1 for a name of another form), by
-        name. Raises ``OSError``."""
+        name; ``mtimes``: ``(name, seq, bytes, mtime)``, ``mtime`` in ``time.time()`` seconds
+        (``None`` if the store has none). Raises ``OSError``."""
         import pyarrow.fs as pafs
 
         base = f"{quote(topic, safe='')}/{int(partition)}"
@@ -233,7 +235,8 @@ class LogStore:
             if i.type == pafs.FileType.File and i.path.endswith((".eslog", ".estail")):
                 leaf = i.path.rsplit("/", 1)[-1]
                 head = leaf.split("-", 1)[0]
-                out.append((f"{base}/{leaf}", int(head) if head.isdigit() else -1, i.size or 0))
+                row = (f"{base}/{leaf}", int(head) if head.isdigit() else -1, i.size or 0)
+                out.append(row + (i.mtime.timestamp() if i.mtime else None,) if mtimes else row)
         return sorted(out)
 
     def delete_segments(self, topic: str, partition: int) -> tuple[int, int]:

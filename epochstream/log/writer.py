@@ -45,7 +45,7 @@ from ..frontier import Antichain
 from ..retention import Retention, SegmentStat, segment_aged, segments_to_delete
 
 from .format import RECORD_HEADER, _D, _F, _HLEN, _U32, segment_path
-from .retainer import RetentionLease
+from .retainer import ORPHAN_SWEEP, RetentionLease
 
 __all__ = ["LogWriter", "UPLOADS_AT_CLOSE"]
 
@@ -98,6 +98,7 @@ class LogWriter:
         self._committed = 0  # bytes of the segment being written the index covers
         self._tail_sent = 0  # of those, bytes handed to the uploader at a close
         self.lease: RetentionLease | None = None  # the partition's retention lease (open())
+        self._swept = 0.0  # time.time() of the last orphan sweep handed to the uploader
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, lower: tuple, upper: tuple) -> HistoryState:
@@ -126,9 +127,10 @@ class LogWriter:
                     seq = int(p.stem)
                 except ValueError:
                     continue
-                if seq > state.segment:
-                    log.warning("epoch log %s/%s: removing %s (beyond the indexed segment %d)",
-                                self.topic, self.partition, p, state.segment)
+                if seq > state.segment or seq < state.segments[0].seq:  # (trimmed meanwhile)
+                    log.warning("epoch log %s/%s: removing %s (not among the indexed segments "
+                                "%d..%d)", self.topic, self.partition, p,
+                                state.segments[0].seq, state.segment)
                     p.unlink()
         except (OSError, CatalogError) as e:
             raise HistoryWriteError(f"cannot open the epoch log of {self.topic!r} partition "
@@ -456,6 +458,9 @@ class LogWriter:
     def _apply_retention(self, now: float) -> None:
         n = segments_to_delete(self._segments, self.retention, now)
         held = self.lease is not None and self.lease.held()  # (renewed every third of it)
+        if held and self.uploader is not None and now - self._swept > ORPHAN_SWEEP:
+            self._swept = now  # (objects a crash left unindexed: deleted once old enough)
+            self.uploader.sweep()
         if n == 0 or not held:  # (not held: a runner applies the same recorded limits)
             return
         keep_from = self._segments[n].seq

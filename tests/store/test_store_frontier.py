@@ -8,7 +8,8 @@ mini``); the kill lands at an exact moment of a frontier upload (store_peer.py `
 the peer SIGKILLs itself there). With ``upload="sealed"`` such a successor is refused
 (``HistoryCorrupt``: the segment being written was only on the lost disk). The store going
 down in frontier mode: announcements wait, the caller is held back (bounded memory), nothing
-is announced that is not in the store; ``abort()`` stops the wait."""
+is announced that is not in the store; ``abort()`` stops the wait. An object a crash left
+unindexed is deleted by the orphan sweep once older than its grace period, never before."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import pytest
 
 from epochstream import Catalog, Publisher, Retention, Subscriber
 from epochstream.errors import HistoryCorrupt
+from epochstream.log.retainer import sweep_orphans
+from epochstream.log.store import open_store
 from peer_processes import kill, read_until
 from test_store import peer, read_in_process, wait_until, whole
 
@@ -87,6 +90,12 @@ def test_successor_on_another_host_after_kill9(weed, tmp_path, point, after):
     rc, got, text = read_in_process(cat, topic)
     assert rc == 0, text
     assert got == whole(range(16)), text
+    if point in ("uploaded", "indexed"):  # an object no index entry names was left behind:
+        store_, catalog = open_store(store, write=True), Catalog(cat)  # the lease holder's
+        assert sweep_orphans(store_, catalog, topic, 0) == 0  # sweep keeps it while young,
+        assert sweep_orphans(store_, catalog, topic, 0, grace=0.0) >= 1  # deletes it once old
+        rc, got, text = read_in_process(cat, topic)
+        assert rc == 0 and got == whole(range(16)), text  # (nothing indexed was deleted)
 
 
 def test_sealed_mode_successor_is_refused(weed, tmp_path):
