@@ -124,8 +124,8 @@ class RetentionLease:
 @dataclass(frozen=True)
 class PartitionRun:
     """What one :meth:`Retainer.run_once` did to one partition: ``segments`` trimmed from the
-    index, ``objects`` of theirs deleted from the store, ``orphans`` (objects below the retained
-    segments that no index row named: a holder killed mid-deletion) deleted, ``since`` (the
+    index, ``objects`` of theirs deleted from the store, ``orphans`` (objects no index row named:
+    below the retained segments, or older than the grace) deleted, ``since`` (the
     retained frontier after), ``expired`` (durable subscriptions and ``group:`` groups it
     expired), ``error`` (a store that could not be opened or written: what is left there)."""
 

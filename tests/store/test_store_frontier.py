@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
@@ -162,3 +163,30 @@ def test_store_down_frontier_advances_wait(weed, tmp_path):
     finally:
         os.killpg(weed.proc.pid, signal.SIGCONT)
         sub.close()
+
+
+def test_local_files_of_segments_a_runner_trimmed_go_when_a_publisher_opens(weed, tmp_path):
+    """``retention run`` trims the index and the store, not the publisher's disk; the next
+    publisher opening the log deletes the local files of the trimmed segments."""
+    from epochstream.log.retainer import Retainer
+
+    cat, topic = Catalog(tmp_path / "cat"), f"tr-{uuid.uuid4().hex[:6]}"
+    retention = Retention(dir=tmp_path / "logs", store=weed.uri(f"tr/{uuid.uuid4().hex[:8]}"),
+                          segment_bytes=4096, max_bytes=None, max_age=None)
+    pub = Publisher(topic, catalog=cat, retention=retention)
+    for t in range(6):
+        pub.send(t, [{"t": t, "pad": "x" * 5000}])
+        pub.advance_to(t + 1)
+        pub.flush()
+    pub.close(wait=True)
+    directory = Path(cat.history_state(topic, 0).dir)
+    runner = Retainer(cat, topic, Retention(max_epochs=2, max_bytes=None, max_age=None))
+    runner.acquire()
+    try:
+        assert runner.run_once()[0].segments >= 3
+    finally:
+        runner.release()
+    first = cat.history_state(topic, 0).segments[0].seq
+    assert any(int(p.stem) < first for p in directory.glob("*.eslog"))
+    Publisher(topic, catalog=cat, retention=retention).close(wait=True)
+    assert all(int(p.stem) >= first for p in directory.glob("*.eslog"))
