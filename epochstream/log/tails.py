@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time as _time
+from typing import Any
 
 from ..errors import CatalogError, Fenced, HistoryWriteError
 from .store import LogStore, is_tails, tail_name, tail_pieces, tails_object
@@ -41,6 +43,7 @@ __all__ = ["TailChain"]
 log = logging.getLogger("epochstream.history")
 
 _PAUSE0, _PAUSE_MAX = 0.2, 5.0
+_BEAT = 0.5
 
 
 class TailChain:
@@ -56,6 +59,9 @@ class TailChain:
         self.end = 0
         self._stop = threading.Event()
         self.stats = dict(tails=0, tail_bytes=0, tail_failures=0)
+        #: ``() -> None`` called at least every :data:`_BEAT` seconds while a commit waits for
+        #: the store (the publisher's loop sends its heartbeats); exceptions are logged
+        self.on_wait: Any = None
 
     def resume(self, entry: str | None, committed: int) -> None:
         """Start from the index entry ``entry`` of the segment being written (``None``, one
@@ -113,7 +119,7 @@ class TailChain:
                                 self.topic, self.partition, self.store.uri, _PAUSE_MAX,
                                 " ".join(str(e).split())[:300])
                 failing = True
-                if self._stop.wait(pause):
+                if self._wait(pause):
                     raise HistoryWriteError(f"the store {self.store.uri} did not take the data "
                                             f"of the frontier advance before the publisher "
                                             f"stopped: {e}") from e
@@ -124,3 +130,19 @@ class TailChain:
         self.names, self.end = names, end
         self.stats["tails"] += 1
         self.stats["tail_bytes"] += end - start
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait ``seconds``, calling :attr:`on_wait` every :data:`_BEAT`; True if stopped."""
+        end = _time.monotonic() + seconds
+        while True:
+            if self.on_wait is not None:
+                try:
+                    self.on_wait()
+                except Exception as e:  # (a heartbeat that fails must not fail the commit)
+                    log.warning("epoch log %s/%s: heartbeat while waiting for the store "
+                                "failed: %s", self.topic, self.partition, e)
+            left = end - _time.monotonic()
+            if left <= 0:
+                return self._stop.is_set()
+            if self._stop.wait(min(left, _BEAT)):
+                return True
