@@ -69,9 +69,24 @@ def tail_name(topic: str, partition: int, seq: int, incarnation: str, start: int
 def tails_object(names: list[str]) -> str:
     """The index entry (``history_segments.object``) of a segment held by the chain of objects
     ``names`` (full names, one directory; a first plain segment object holding a prefix, then
-    tail objects, contiguous): ``"tails:<dir>|<leaf>|<leaf>..."``."""
+    tail objects, contiguous): ``"tails:<dir>|<leaf>|+<end>|..."`` — a tail of the same
+    segment and incarnation as the tail before it, starting where it ends, is written
+    ``+<end>`` (a few bytes per frontier advance)."""
     base = names[0].rsplit("/", 1)[0]
-    return TAILS + base + "|" + "|".join(n.rsplit("/", 1)[1] for n in names)
+    out, prev = [], None
+    for n in names:
+        leaf = n.rsplit("/", 1)[1]
+        if leaf.endswith(".estail"):
+            head, start, end = leaf[:-7].rsplit("-", 2)
+            if prev is not None and prev[0] == head and prev[1] == start:
+                out.append(f"+{end}")
+            else:
+                out.append(leaf)
+            prev = (head, end)
+        else:
+            out.append(leaf)
+            prev = None
+    return TAILS + base + "|" + "|".join(out)
 
 
 def is_tails(obj: str | None) -> bool:
@@ -86,8 +101,11 @@ def tail_pieces(obj: str) -> list[tuple[int, int, str]]:
     if not is_tails(obj):
         return [(0, object_bytes(obj) or 0, obj)]
     base, *leaves = obj[len(TAILS):].split("|")
-    out, at = [], 0
+    out, at, head = [], 0, None
     for leaf in leaves:
+        if leaf.startswith("+") and head is not None:  # (same segment and incarnation)
+            leaf = f"{head}-{at}-{leaf[1:]}.estail"
+        head = leaf[:-7].rsplit("-", 2)[0] if leaf.endswith(".estail") else None
         name = f"{base}/{leaf}"
         if leaf.endswith(".estail"):
             start, end = (int(x) for x in leaf[:-7].rsplit("-", 2)[1:])

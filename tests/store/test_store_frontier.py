@@ -193,3 +193,20 @@ def test_local_files_of_segments_a_runner_trimmed_go_when_a_publisher_opens(weed
     assert any(int(p.stem) < first for p in directory.glob("*.eslog"))
     Publisher(topic, catalog=cat, retention=retention).close(wait=True)
     assert all(int(p.stem) >= first for p in directory.glob("*.eslog"))
+
+
+def test_chain_entries_round_trip_and_stay_small():
+    """The index entry of a chain names every object (a plain prefix, then tails of several
+    incarnations) and costs a few bytes per frontier advance of one incarnation; a chain with
+    a hole is refused."""
+    from epochstream.log.store import object_name, tail_name, tail_pieces, tails_object
+
+    names = [object_name("t/x", 0, 3, "a" * 32, 100)]
+    names += [tail_name("t/x", 0, 3, "b" * 32, s, s + 10) for s in range(100, 1100, 10)]
+    names += [tail_name("t/x", 0, 3, "c" * 32, 1100, 1200)]
+    entry = tails_object(names)
+    assert [n for _, _, n in tail_pieces(entry)] == names
+    assert [(s, e) for s, e, _ in tail_pieces(entry)][:2] == [(0, 100), (100, 110)]
+    assert len(entry) < 200 + 6 * 100  # (not ~60 bytes per tail)
+    with pytest.raises(ValueError, match="not contiguous"):
+        tail_pieces(tails_object([names[0], names[2]]))
