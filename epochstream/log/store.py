@@ -356,6 +356,19 @@ def _one_line(e: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+def _delayed_open(uri: str) -> str:
+    """An ``s3://`` URI with ``allow_delayed_open=true`` unless it says otherwise: an object
+    smaller than a part is then written with one PUT instead of a multipart upload's three
+    requests (a frontier advance's tail object, ``upload="frontier"``: ~3.7 ms against ~5.9 ms
+    for 300 KB on a local SeaweedFS); the bucket was probed at construction, and an upload's
+    failure still surfaces at its close."""
+    parts = urlsplit(uri)
+    if parts.scheme != "s3" or "allow_delayed_open" in parts.query:
+        return uri
+    query = f"{parts.query}&allow_delayed_open=true" if parts.query else "allow_delayed_open=true"
+    return urlunsplit(parts._replace(query=query))
+
+
 def open_store(store, *, write: bool) -> LogStore:
     """Open ``store`` — a URI ``pyarrow.fs.FileSystem.from_uri`` accepts
     (``s3://bucket/prefix?endpoint_override=host:port&scheme=http``, ``gs://…``,
@@ -370,7 +383,7 @@ def open_store(store, *, write: bool) -> LogStore:
         opened = LogStore(store, "", f"fs:{store.type_name}")
     else:
         try:
-            fs, root = pafs.FileSystem.from_uri(store)
+            fs, root = pafs.FileSystem.from_uri(_delayed_open(store) if write else store)
         except (OSError, ValueError, TypeError) as e:  # ArrowInvalid is a ValueError
             raise ValueError(f"Retention(store={public_uri(str(store))!r}): pyarrow cannot "
                              f"open this URI: {_one_line(e)}") from None
