@@ -36,7 +36,7 @@ import time as _time
 from typing import Any
 
 from ..errors import CatalogError, Fenced, HistoryWriteError
-from .store import LogStore, is_tails, tail_name, tail_pieces, tails_object
+from .store import TAILS, LogStore, is_tails, tail_name, tail_pieces, tails_object
 
 __all__ = ["TailChain"]
 
@@ -63,17 +63,24 @@ class TailChain:
         #: the store (the publisher's loop sends its heartbeats); exceptions are logged
         self.on_wait: Any = None
 
-    def resume(self, entry: str | None, committed: int) -> None:
+    def resume(self, entry: str | None, committed: int, segment: int | None = None) -> None:
         """Start from the index entry ``entry`` of the segment being written (``None``, one
         object or a chain), keeping the objects that hold only committed bytes (``committed``:
         what the index covers; a tail beyond was uploaded by a predecessor killed before its
-        commit)."""
+        commit). ``segment``: also cut the index entry there if the chain reaches beyond
+        (the bytes beyond are the predecessor's, not this writer's: never to be read for the
+        epochs it will commit there). Raises :class:`~epochstream.errors.CatalogError`."""
         self.names, self.end = [], 0
         for start, end, name in tail_pieces(entry) if entry else ():
             if end > committed:
                 break
             self.names.append(name)
             self.end = end
+        if segment is not None and is_tails(entry) and tail_pieces(entry)[-1:] and \
+                tail_pieces(entry)[-1][1] > self.end:  # (no fencing: not registered yet)
+            cut = tails_object(self.names) if self.names else \
+                TAILS + entry[len(TAILS):].split("|", 1)[0]
+            self.catalog.history_uploaded(self.topic, self.partition, segment, cut, self.end)
         if is_tails(entry) and self.end < committed:
             log.warning("epoch log %s/%s: the chain of tail objects holds %d of %d committed "
                         "bytes; the rest is uploaded at the next commit", self.topic,

@@ -141,9 +141,12 @@ class LogWriter:
         self._record_limits()
         self._segment, self._offset = state.segment, state.committed
         self._committed = state.committed
-        if self.tails is not None:
-            self.tails.resume(next((g.object for g in state.segments
-                                    if g.seq == state.segment), None), state.committed)
+        if self.uploader is not None:  # (the chain of the segment being written, cut there)
+            from .tails import TailChain
+            chain = self.tails or TailChain(self.uploader.store, self.catalog, self.topic,
+                                            self.partition, self.incarnation or "")
+            chain.resume(next((g.object for g in state.segments if g.seq == state.segment),
+                              None), state.committed, state.segment)
         self._upload_sealed(state)
         self._segments = list(state.segments)
         self._lower = Antichain(self.order, state.lower)

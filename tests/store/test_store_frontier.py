@@ -210,3 +210,27 @@ def test_chain_entries_round_trip_and_stay_small():
     assert len(entry) < 200 + 6 * 100  # (not ~60 bytes per tail)
     with pytest.raises(ValueError, match="not contiguous"):
         tail_pieces(tails_object([names[0], names[2]]))
+
+
+def test_a_sealed_mode_successor_cuts_a_chain_beyond_the_committed_bytes(weed, tmp_path):
+    """A frontier-mode publisher killed after indexing a tail but before its commit leaves a
+    chain reaching beyond the committed bytes. A successor in sealed mode (its disk kept) cuts
+    the chain there: the epochs it commits into that segment are never read from the
+    predecessor's stale tail (which would fail its checksums) but from its own bytes."""
+    topic, cat = f"mx-{uuid.uuid4().hex[:6]}", tmp_path / "cat"
+    store = weed.uri(f"mx/{uuid.uuid4().hex[:8]}")
+    common = ("--segment-bytes", 1 << 20, "--flush-each", "--dir", tmp_path / "host-a")
+    a = peer("publish", cat, topic, store, "--upload", "frontier", "--last", 8, "--pad", 1000,
+             "--crash-at", "indexed", "--crash-after", 4, *common)
+    assert a.wait(60) == -signal.SIGKILL, a.stderr.read()
+    state = Catalog(cat).history_state(topic, 0)
+    assert state.segments[-1].object_bytes > state.committed  # the stale tail is indexed
+    b = peer("publish", cat, topic, store, "--first", -1, "--last", 8, "--pad", 200, *common)
+    # (fewer bytes than the predecessor's epochs: within its stale tail, which fails checks)
+    try:
+        read_until(b, "hanging")
+    finally:
+        kill(b)
+    rc, got, text = read_in_process(cat, topic, "--source", "store")
+    assert rc == 0, text
+    assert got == whole(range(8)), text
