@@ -232,10 +232,10 @@ def test_store_case_tiny(tmp_path, monkeypatch):
     try:
         rows = bench_store.store_run("sealed", 0.2, weed.uri("smoke"), segment_bytes=1 << 20,
                                      replays=bench_store.REPLAYS, base=str(tmp_path))
-        assert [r["variant"] for r in rows] == ["sealed", "history", "history_store"]
+        assert [r["variant"] for r in rows] == ["sealed", *bench_store.REPLAYS]
         assert all(r["ok"] for r in rows), rows
         assert rows[0]["segments_in_store"] == rows[0]["segments"] >= 1
-        assert rows[1]["records"] == rows[2]["records"] == rows[0]["records"]
+        assert rows[1]["records"] == rows[2]["records"] == rows[3]["records"] == rows[0]["records"]
         vis = bench_store.visibility(weed.uri("smoke-vis"), 2, base=str(tmp_path))
         assert vis["frontier"]["readable_ms"]["n"] == 2 and vis["sealed"]["advance_ms"]["n"] == 2
     finally:
