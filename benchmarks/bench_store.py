@@ -66,10 +66,21 @@ def _retention(variant: str, uri: str, segment_bytes: int):
                      store=uri.replace("?", f"{uuid.uuid4().hex[:8]}/?", 1))
 
 
+def _cpu_s(pid: int | None) -> float | None:
+    """CPU seconds (user + system) process ``pid`` used so far (``None``: unknown)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
+
+
 def store_run(variant: str, duration: float, uri: str, *, segment_bytes: int = SEGMENT_BYTES,
-              time_limit: float = 60.0, replays=(), base: str | None = None) -> list[dict]:
+              time_limit: float = 60.0, replays=(), base: str | None = None,
+              store_pid: int | None = None) -> list[dict]:
     """One live run with ``variant``; once its publisher closed (uploads done), ``replays`` on
-    its log. Returns [live row, replay rows...]."""
+    its log. Returns [live row, replay rows...]; ``store_pid``: the S3 server's process, whose
+    CPU seconds during the live run go to ``store_cpu_s``."""
     d = tempfile.mkdtemp(prefix="es-bench-store-", dir=base)
     cfg = {"topic": f"store-{os.getpid()}-{uuid.uuid4().hex[:6]}", "dir": d, "variant": variant,
            "retention": _retention(variant, uri, segment_bytes),
@@ -87,7 +98,7 @@ def store_run(variant: str, duration: float, uri: str, *, segment_bytes: int = S
         P.get(60)
         P.start(bh._sub_main, dict(cfg, mode="live"), P.q, go, consumed, total)
         P.get(60)
-        t_start = time.monotonic()
+        t_start, cpu0 = time.monotonic(), _cpu_s(store_pid)
         go.set()
         got = {}
         while len(got) < 2:
@@ -100,6 +111,9 @@ def store_run(variant: str, duration: float, uri: str, *, segment_bytes: int = S
                    epochs=pub["epochs"], seconds=round(secs, 3),
                    records_per_s=pub["records"] / secs, pub_cpu_s_per_M=pub["cpu_s"] / mrec,
                    advance=pub["advance"], loadavg_after=round(os.getloadavg()[0], 2))
+        cpu1 = _cpu_s(store_pid)
+        if cpu0 is not None and cpu1 is not None:
+            row["store_cpu_s"] = round(cpu1 - cpu0, 3)  # (the S3 server, same 2 cores)
         t_close = time.monotonic()
         pub_proc.join(time_limit + 60)  # (its close waits for the uploads)
         row["close_s"] = round(time.monotonic() - t_close, 3)
@@ -197,6 +211,7 @@ def run(quick: bool = False, log=print) -> dict:
         for rep in range(n_rep):
             for v in VARIANTS:
                 for r in store_run(v, seconds, uri, time_limit=60 + 3 * seconds, base=base,
+                                   store_pid=weed.proc.pid,
                                    replays=REPLAYS if v == "sealed" else ()):
                     r["repeat"] = rep
                     rows.append(r)
@@ -227,6 +242,8 @@ def _fmt(r) -> str:
     if not r.get("ok"):
         return f"FAILED: {r.get('error')}"
     s = f"{r['records_per_s'] / 1e6:6.3f}M rec/s, {r['seconds']:.2f} s, load {r['loadavg_before']}"
+    if r.get("store_cpu_s") is not None:
+        s += f", S3 server CPU {r['store_cpu_s']:.2f} s"
     if "segments" in r:
         s += f", {r['segments_in_store']}/{r['segments']} segments in the store"
     return s
