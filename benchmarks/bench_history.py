@@ -222,9 +222,6 @@ def _sub(cfg, q, go, consumed, total):
         gc0 = [g["collections"] for g in gc.get_stats()]
         cpu0 = time.process_time()
         t0 = mono()
-        if mode == "history_store_nopf":  # (bench_store: the same without prefetching)
-            import epochstream.log.store as _store
-            _store.PREFETCH, mode = False, "history_store"
         if mode in ("history", "history_remote", "history_store"):
             source = History(cfg["topic"], catalog=cat, source={
                 "history_remote": "publisher", "history_store": "store"}.get(mode, "disk")).epochs()

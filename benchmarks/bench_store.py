@@ -12,10 +12,10 @@ messages per epoch, ``advance_to(e + 1)`` after each epoch, time-based runs).
    Each publisher then closes (its uploads finish: every segment is a whole object).
 2. **Replay**, on the log the ``sealed`` run of the same repeat wrote: ``History(topic)
    .epochs()`` in a new process from the local segment files (``history``, ``source="disk"``)
-   and from the store (``history_store``, ``source="store"``; ``history_store_nopf``: the same
-   without fetching the next window and object on a thread, ``log.store.PREFETCH = False``),
-   every record decoded and counted. Paired with each other and with the live delivery of the
-   ``local`` run.
+   and from the store (``history_store``, ``source="store"``), every record decoded and
+   counted. Paired with each other and with the live delivery of the ``local`` run. (Runs 4
+   and 5, ``results/store_run4.json`` and ``store.json``, also measured ``history_store_nopf``:
+   the store without a prefetching thread, since dropped.)
 3. **Visibility**: in process, a publisher whose every epoch (~100 KB) fills its segment
    (64 KiB), so each commit seals one: time from ``advance_to`` to the epoch readable by
    others from the store (its index row names an object), polled every 0.5 ms, for ``sealed``
@@ -41,7 +41,7 @@ from . import bench_history as bh
 
 SEGMENT_BYTES = 16 << 20
 VARIANTS = ("local", "sealed", "frontier")
-REPLAYS = ("history", "history_store", "history_store_nopf")
+REPLAYS = ("history", "history_store")
 VIS_SEGMENT = 64 << 10
 
 
@@ -178,10 +178,6 @@ RATIOS = (
     ("history_store", "local", "records_per_s", None,
      "replay from the store ÷ live delivery (local log, no store)"),
     ("history", "local", "records_per_s", None, "replay from the local log ÷ live delivery"),
-    ("history_store", "history_store_nopf", "records_per_s", None,
-     "replay from the store with prefetching ÷ without"),
-    ("history_store_nopf", "history", "records_per_s", None,
-     "replay from the store without prefetching ÷ from the local log"),
     ("sealed", "local", "records_per_s", 0.9,
      "publisher → live subscriber, upload=\"sealed\" ÷ no store, records/s"),
     ("frontier", "local", "records_per_s", None,

@@ -235,7 +235,7 @@ def test_store_case_tiny(tmp_path, monkeypatch):
         assert [r["variant"] for r in rows] == ["sealed", *bench_store.REPLAYS]
         assert all(r["ok"] for r in rows), rows
         assert rows[0]["segments_in_store"] == rows[0]["segments"] >= 1
-        assert rows[1]["records"] == rows[2]["records"] == rows[3]["records"] == rows[0]["records"]
+        assert all(r["records"] == rows[0]["records"] for r in rows)
         vis = bench_store.visibility(weed.uri("smoke-vis"), 2, base=str(tmp_path))
         assert vis["frontier"]["readable_ms"]["n"] == 2 and vis["sealed"]["advance_ms"]["n"] == 2
     finally:

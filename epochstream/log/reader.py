@@ -61,20 +61,6 @@ def _catalog(catalog) -> Catalog:
     return catalog
 
 
-def _next_objects(epochs: list, stored: set) -> dict:
-    """``{object: the next object of the same partition}`` among the epochs read from a store,
-    in reading order."""
-    then: dict = {}
-    last: dict = {}
-    for t, recs in epochs:
-        for r in recs:
-            if (r.partition, t) in stored and last.get(r.partition) != r.object:
-                if r.partition in last:
-                    then.setdefault(last[r.partition], r.object)
-                last[r.partition] = r.object
-    return then
-
-
 class History:
     """The retained epochs of ``topic`` (``catalog``: a :class:`~epochstream.catalog.Catalog`, a
     path, or ``None`` for the default catalog).
@@ -174,14 +160,9 @@ class History:
             return False
         return self.source == "store" or not self._local(state, pinfo)
 
-    def _read_store(self, state: HistoryState, r: EpochRecord, files: dict,
-                    then: str | None = None) -> list[bytes]:
-        """``r``'s payloads from its object; ``then``: the object read after it, whose first
-        window is fetched meanwhile once ``r``'s object is first opened."""
+    def _read_store(self, state: HistoryState, r: EpochRecord, files: dict) -> list[bytes]:
         store = self._log_store(state.store)
         where = store.where(r.object)
-        if then is not None and r.object not in files:
-            store.prefetch(then, files)
         try:
             chunks = store.read_extents(r.object, r.extents, files)
             return [pl for _, pl in check_epoch(f"object {where}", where, r, chunks)]
@@ -312,13 +293,12 @@ class History:
         streams = {p: self._remote_log(p, w).read(wanted[p])
                    for p, (kind, w) in where.items() if kind == "publisher"}
         files: dict = {}  # objects open for range reads, reused while this read goes on
-        then = _next_objects(epochs, stored)
         try:
             for t, recs in epochs:
                 out: list[tuple[int, bytes]] = []
                 for r in recs:
                     if (r.partition, t) in stored:
-                        got = self._read_store(states[r.partition], r, files, then.get(r.object))
+                        got = self._read_store(states[r.partition], r, files)
                     elif r.partition not in streams:
                         got = self._read_local(where[r.partition][1], states, r, files)
                     else:

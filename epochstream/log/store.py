@@ -228,20 +228,6 @@ class LogStore:
             if files is None:
                 reader.close()
 
-    def prefetch(self, name: str, files: dict) -> None:
-        """Open object ``name`` into ``files`` (as :meth:`read_extents`) and start fetching its
-        first window for the read that comes next (:data:`PREFETCH`); a failure here is left
-        to that read."""
-        if not PREFETCH or name in files or is_tails(name):
-            return
-        try:
-            reader = _ObjectReader(self, name, ahead=True)
-        except (OSError, HistoryCorrupt):
-            return
-        for old in list(files)[:-3]:
-            files.pop(old).close()
-        files[name] = reader
-
     def delete(self, name: str) -> None:
         """Delete object ``name`` (every object of a chain, :func:`tails_object`; gone
         already: nothing to do). Raises ``OSError``."""
@@ -284,17 +270,12 @@ class LogStore:
 READAHEAD = 8 << 20
 """Bytes one range read of an object fetches at least (8 MiB): the epochs after the one asked
 for come from the same request."""
-PREFETCH = True
-"""Whether a read fetches an object's next window (and the next object's first) on a thread
-of :func:`_pool` while the caller decodes this one (``benchmarks/bench_store.py`` measures
-with and without)."""
 
 
 class _ObjectReader:
-    """One object open for range reads, with the last :data:`READAHEAD` window it read and,
-    with :data:`PREFETCH`, the next window being fetched meanwhile (``start``, future)."""
+    """One object open for range reads, with the last :data:`READAHEAD` window it read."""
 
-    def __init__(self, store: LogStore, name: str, ahead: bool = False):
+    def __init__(self, store: LogStore, name: str):
         self.where = store.where(name)
         try:
             self.f = store.fs.open_input_file(store.path(name))
@@ -307,28 +288,11 @@ class _ObjectReader:
             raise HistoryCorrupt(f"object {self.where} has {self.size} bytes, not the {want} it "
                                  f"was uploaded with (truncated or replaced)", path=self.where)
         self.start, self.buf = 0, b""
-        self.next = self._ahead(0) if ahead and PREFETCH else None
-
-    def _ahead(self, start: int):
-        if start >= self.size:
-            return None
-        return start, _pool().submit(self.f.read_at, min(READAHEAD, self.size - start), start)
-
-    def _within(self, offset: int, length: int) -> bool:
-        return self.start <= offset and offset + length <= self.start + len(self.buf)
 
     def read(self, offset: int, length: int) -> bytes:
-        if not self._within(offset, length):
-            nxt, self.next = self.next, None
-            if nxt is not None:  # (its result, even unused: never two reads of one file)
-                buf = nxt[1].result()
-                if nxt[0] <= offset and offset + length <= nxt[0] + len(buf):
-                    self.start, self.buf = nxt[0], buf
-            if not self._within(offset, length):
-                want = min(max(length, READAHEAD), max(0, self.size - offset))
-                self.start, self.buf = offset, self.f.read_at(want, offset) if want else b""
-            if PREFETCH:
-                self.next = self._ahead(self.start + len(self.buf))
+        if not (self.start <= offset and offset + length <= self.start + len(self.buf)):
+            want = min(max(length, READAHEAD), max(0, self.size - offset))
+            self.start, self.buf = offset, self.f.read_at(want, offset) if want else b""
         b = self.buf[offset - self.start:offset - self.start + length]
         if len(b) != length:
             raise HistoryCorrupt(f"object {self.where}: {len(b)} of {length} bytes at offset "
@@ -336,25 +300,8 @@ class _ObjectReader:
         return bytes(b)
 
     def close(self) -> None:
-        if self.next is not None:
-            try:
-                self.next[1].result()
-            except OSError:
-                pass
         self.buf = b""
         self.f.close()
-
-
-_POOL_ = None
-
-
-def _pool():
-    """The threads that fetch objects' next windows (2, created on first use)."""
-    global _POOL_
-    if _POOL_ is None:
-        from concurrent.futures import ThreadPoolExecutor
-        _POOL_ = ThreadPoolExecutor(max_workers=2, thread_name_prefix="epochstream-store-read")
-    return _POOL_
 
 
 class _ChainReader:
