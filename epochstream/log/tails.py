@@ -100,7 +100,7 @@ class TailChain:
         as a tail object and index the chain with it; wait (retrying) while the store or the
         index fails. Raises :class:`~epochstream.errors.Fenced` (another incarnation holds the
         partition) and :class:`~epochstream.errors.HistoryWriteError` once :meth:`stop` was
-        called."""
+        called, or if the segment is no longer in the index (the topic was dropped)."""
         start = self.end
         if end <= start:
             return
@@ -113,8 +113,6 @@ class TailChain:
                 indexed, _ = self.catalog.history_uploaded(
                     self.topic, self.partition, segment, tails_object(names), end,
                     self.incarnation)
-                if not indexed:
-                    raise CatalogError(f"segment {segment} is no longer in the index")
                 break
             except Fenced:
                 raise
@@ -134,6 +132,9 @@ class TailChain:
         if failing:
             log.warning("epoch log %s/%s: the store %s answers again", self.topic,
                         self.partition, self.store.uri)
+        if not indexed:  # (the topic was dropped meanwhile: waiting would not help)
+            raise HistoryWriteError(f"segment {segment} of {self.topic!r} partition "
+                                    f"{self.partition} is no longer in the index")
         self.names, self.end = names, end
         self.stats["tails"] += 1
         self.stats["tail_bytes"] += end - start
