@@ -234,3 +234,19 @@ def test_a_sealed_mode_successor_cuts_a_chain_beyond_the_committed_bytes(weed, t
     rc, got, text = read_in_process(cat, topic, "--source", "store")
     assert rc == 0, text
     assert got == whole(range(8)), text
+
+
+def test_upload_mode_is_checked_at_construction():
+    """``Retention(upload=...)``: "sealed" (default) or "frontier" (with a store); anything
+    else, or "frontier" without a store, one clear ValueError when the Retention is built."""
+    from epochstream.log.store import _delayed_open
+
+    assert Retention().upload == "sealed"
+    assert Retention(store="file:///tmp/x", upload="frontier").upload == "frontier"
+    with pytest.raises(ValueError, match=r"upload must be one of \('sealed', 'frontier'\)"):
+        Retention(store="file:///tmp/x", upload="always")
+    with pytest.raises(ValueError, match="needs a store"):
+        Retention(upload="frontier")
+    assert _delayed_open("s3://b/p?scheme=http") == "s3://b/p?scheme=http&allow_delayed_open=true"
+    assert _delayed_open("s3://b/p?allow_delayed_open=false").endswith("=false")
+    assert _delayed_open("file:///x") == "file:///x"
