@@ -32,6 +32,9 @@ Cases (one module each, each with ``run(quick: bool) -> dict``):
   4 worker processes against the ideal linear speed-up (shared mode, fixed sleep per epoch; and
   partial mode over independent product(2) chains), fetch and ack latency, the delay of a
   redelivery after a lease expiry or a SIGKILL, fetch cost against the backlog, a profile.
+- ``store`` (:mod:`benchmarks.bench_store`) — epoch logs in an object store (issue 23, a local
+  SeaweedFS): replay from the store vs the local log vs live delivery, publisher throughput with
+  ``upload="sealed"``/``"frontier"`` vs no store, time from a seal or an advance to readable.
 
 Every case writes ``benchmarks/results/<case>.json``; :mod:`benchmarks.report` turns all result
 files into ``docs/benchmarks.md`` (tables) and ``docs/img/*.png`` (plots).

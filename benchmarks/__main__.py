@@ -30,7 +30,7 @@ CORE = ("filter", "e2e", "peers", "fanout", "spark", "frontier", "limits", "late
         "memory", "scale")
 """``make bench`` (≤ 20 minutes) and ``make bench-quick`` (≤ 3 minutes): issue 10's suite."""
 FEATURES = ("history", "groups", "pushdown", "catalog", "spark_source", "security",
-            "spark_event_time")
+            "spark_event_time", "store")
 """``make bench-all`` adds these (about 20 minutes more in full): one case per feature issue."""
 CURVES = ("topics", "subscribers", "partitions_wide", "catalog_scale", "history_scale")
 """The curves of scale (issue 28), in ``make bench-all`` and each alone with ``--case``."""
@@ -43,7 +43,8 @@ MODULES = {"filter": "bench_filter", "e2e": "bench_e2e", "peers": "bench_peers",
            "spark_source": "bench_spark_source", "security": "bench_security",
            "spark_event_time": "bench_spark_event_time", "topics": "bench_topics",
            "subscribers": "bench_subscribers", "partitions_wide": "bench_partitions",
-           "catalog_scale": "bench_catalog_scale", "history_scale": "bench_history_scale"}
+           "catalog_scale": "bench_catalog_scale", "history_scale": "bench_history_scale",
+           "store": "bench_store"}
 # left out of ``--quick`` unless named with --case: Spark's JVM start-up and warm-up alone take
 # most of a minute, a third of the 3-minute budget (its last result file stays, dated, in the report)
 NOT_QUICK = ("spark", "spark_source", "spark_event_time")

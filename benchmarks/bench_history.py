@@ -117,7 +117,7 @@ def _pub(cfg, q, go, stop, consumed, total):
     bodies = payloads.encoded(KIND, rpm)
     nb = len(bodies)
     pub = Publisher(cfg["topic"], 0, catalog=Catalog(cfg["dir"]), codec="msgpack",
-                    retention=_retention(cfg["variant"]), sndhwm=100_000,
+                    retention=cfg.get("retention") or _retention(cfg["variant"]), sndhwm=100_000,
                     max_queue_messages=10_000_000, max_queue_bytes=8 << 30, queue_hwm=10_000,
                     heartbeat_interval=1.0)
     q.put(("endpoint", "publisher", pub.endpoint))
@@ -222,9 +222,9 @@ def _sub(cfg, q, go, consumed, total):
         gc0 = [g["collections"] for g in gc.get_stats()]
         cpu0 = time.process_time()
         t0 = mono()
-        if mode in ("history", "history_remote"):
-            source = History(cfg["topic"], catalog=cat,
-                             source="publisher" if mode == "history_remote" else "disk").epochs()
+        if mode in ("history", "history_remote", "history_store"):
+            source = History(cfg["topic"], catalog=cat, source={
+                "history_remote": "publisher", "history_store": "store"}.get(mode, "disk")).epochs()
             sub = None
         else:  # replay / replay_cold: a subscriber joining at the earliest retained epoch
             if mode == "replay_remote":  # its history read through the live publisher

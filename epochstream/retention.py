@@ -21,9 +21,11 @@ from typing import Any, Sequence
 
 __all__ = ["Retention", "SegmentStat", "segments_to_delete", "segment_aged", "check_interval",
            "FSYNC_POLICIES", "DEFAULT_MAX_AGE", "DEFAULT_MAX_BYTES", "DEFAULT_SEGMENT_BYTES",
-           "MAX_CHECK_INTERVAL", "DEFAULT_UPLOAD_BACKLOG"]
+           "MAX_CHECK_INTERVAL", "DEFAULT_UPLOAD_BACKLOG", "UPLOAD_MODES"]
 
 FSYNC_POLICIES = ("frontier", "none", "every")
+UPLOAD_MODES = ("sealed", "frontier")
+"""What goes to the store when (``Retention.upload``)."""
 DEFAULT_MAX_BYTES = 1 << 30
 """1 GiB per partition."""
 DEFAULT_MAX_AGE = 7 * 24 * 3600.0
@@ -65,6 +67,12 @@ class Retention:
     - ``upload_backlog``: sealed segments waiting for their upload, at most (default 64);
       past it the oldest waiting one is kept only locally, with a WARNING (a publisher that
       opens the log later uploads it).
+    - ``upload``: ``"sealed"`` (default: each sealed segment is uploaded in the background; the
+      segment being written is only on local disk until the publisher closes) or
+      ``"frontier"`` (needs ``store``: also, at every frontier advance, the bytes the segment
+      being written gained are uploaded and indexed *before* the advance is indexed and
+      announced — for a publisher whose disk may vanish with its machine; while the store is
+      down, frontier advances wait: docs/history.md, "Upload modes").
 
     Retention is **off by default** (``retention=None``): Strymon's publishers are stateless by
     design, and logging costs disk space and an ``fsync`` per frontier advance, so a user turns
@@ -73,7 +81,8 @@ class Retention:
 
     Raises ``ValueError`` for a limit that is not a positive number (or ``None``), a
     ``segment_bytes`` below 4 KiB, an unknown ``fsync`` policy, a ``store`` that is neither a
-    URI (``scheme://...``) nor a filesystem, or an ``upload_backlog`` below 1.
+    URI (``scheme://...``) nor a filesystem, an ``upload_backlog`` below 1, or an ``upload``
+    that is not one of :data:`UPLOAD_MODES` (or ``"frontier"`` without a ``store``).
     """
 
     dir: str | os.PathLike | None = None
@@ -84,6 +93,7 @@ class Retention:
     fsync: str = "frontier"
     store: Any = dataclasses.field(default=None, repr=False)  # (a URI may hold credentials)
     upload_backlog: int = DEFAULT_UPLOAD_BACKLOG
+    upload: str = "sealed"
 
     def __post_init__(self) -> None:
         for name in ("max_bytes", "max_epochs"):
@@ -109,6 +119,11 @@ class Retention:
         v = self.upload_backlog
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"Retention.upload_backlog must be an int >= 1, got {v!r}")
+        if self.upload not in UPLOAD_MODES:
+            raise ValueError(f"Retention.upload must be one of {UPLOAD_MODES}, got "
+                             f"{self.upload!r}")
+        if self.upload == "frontier" and self.store is None:
+            raise ValueError("Retention.upload='frontier' needs a store (Retention(store=...))")
 
     def replace(self, **changes) -> "Retention":
         """A copy with ``changes`` applied (validated again)."""

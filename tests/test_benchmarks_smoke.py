@@ -235,3 +235,25 @@ def test_report_keeps_the_sections_written_by_hand():
     names = [s.split()[2] for s in hand_sections(doc)]
     assert names == ["catalog_stores", "spark_event_time", "restructuring", "metrics"] or \
         set(names) >= {"catalog_stores", "spark_event_time", "restructuring", "metrics"}
+
+
+def test_store_case_tiny(tmp_path, monkeypatch):
+    """The ``store`` case's pieces on a real local S3 server (weed mini): one tiny live run with
+    upload="sealed" and its two replays (from disk, from the store), and the visibility probe."""
+    from benchmarks import bench_store
+
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # (restored after the test)
+        monkeypatch.setenv(k, "x")
+    weed = bench_store.start_weed(str(tmp_path))
+    try:
+        rows = bench_store.store_run("sealed", 0.2, weed.uri("smoke"), segment_bytes=1 << 20,
+                                     replays=bench_store.REPLAYS, base=str(tmp_path))
+        assert [r["variant"] for r in rows] == ["sealed", *bench_store.REPLAYS]
+        assert all(r["ok"] for r in rows), rows
+        assert rows[0]["segments_in_store"] == rows[0]["segments"] >= 1
+        assert all(r["records"] == rows[0]["records"] for r in rows)
+        vis = bench_store.visibility(weed.uri("smoke-vis"), 2, base=str(tmp_path))
+        assert vis["frontier"]["readable_ms"]["n"] == 2 and vis["sealed"]["advance_ms"]["n"] == 2
+    finally:
+        weed.stop()
+    assert bench_store.section({"ratios": []}) == []

@@ -296,10 +296,9 @@ class Catalog:
         """Start the log of ``partition`` of ``topic`` in ``directory`` if it has none (since =
         ``lower``, segment 0) and return its :class:`HistoryState`. An existing log is returned
         unchanged; raises :class:`CatalogError` if it lives in another directory — unless
-        ``store`` is the store it records: then the log moves to ``directory`` (a publisher on
-        another host; its segments come from the store). ``store``: the URI (no credentials)
-        of the object store its sealed segments go to, recorded for readers; refused with
-        :class:`CatalogError` if segments are in another store already."""
+        ``store`` is the store it records: then the log moves to ``directory`` (another host;
+        its segments come from the store). ``store``: the URI (no credentials) of the object
+        store, recorded for readers; :class:`CatalogError` if segments are in another."""
 
     @_operation
     def history_uploaded(self, topic: str, partition: int, segment: int, name: str,
@@ -311,7 +310,8 @@ class Catalog:
         already (the caller deletes its object unless it is that one); ``replaced``: the name
         of the shorter object it replaces (the caller deletes it), or, not indexed, the object
         indexed for the segment; ``None`` if none. ``incarnation``: as for
-        :meth:`history_commit` (:class:`~epochstream.errors.Fenced`)."""
+        :meth:`history_commit` (:class:`~epochstream.errors.Fenced`). A chain (``"tails:…"``,
+        ``log.store.tails_object``) may cover uncommitted bytes and replaces a chain."""
 
     @_operation
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],

@@ -26,7 +26,7 @@ JSON like ``partitions.upper`` (:func:`~epochstream.catalog.records.encode_upper
         epochs (indexed in it), created_at, last_completed (time.time() of its newest epoch),
         object, object_bytes (version 9: the name, under the store's root, of the object
         holding the first object_bytes bytes of the segment, set only once it is whole in the
-        store; NULL: not in the store)
+        store; NULL: not in the store; "tails:..." a chain of objects, upload="frontier")
     history_epochs      -- one row per complete epoch with data in a partition
         topic, idx, time (JSON), t0 (the time, or its first component: a coarse range key),
         seq (segment), extents (JSON [[offset, length], ...] of its D records in the segment),
@@ -66,7 +66,7 @@ from ..order import by_name
 from ..retention import SegmentStat
 
 __all__ = ["HISTORY_DDL", "STORE_COLUMNS", "HistoryTables", "EpochRecord", "HistoryState",
-           "DurableInfo",           "encode_time", "decode_time", "position_available"]
+           "DurableInfo", "encode_time", "decode_time", "position_available"]
 
 HISTORY_DDL = (
     """CREATE TABLE IF NOT EXISTS history_partitions (
@@ -122,8 +122,7 @@ HISTORY_DDL = (
 
 STORE_COLUMNS = (("history_partitions", "store", "TEXT"), ("history_segments", "object", "TEXT"),
                  ("history_segments", "object_bytes", "INTEGER"))
-"""``(table, column, type)`` added by schema version 9: where a log's sealed segments are in an
-object store (module docstring)."""
+"""``(table, column, type)`` added by schema version 9: a log's objects (module docstring)."""
 
 _SEGMENT_COLUMNS = "seq, nbytes, epochs, last_completed, object, object_bytes"
 _EPOCH_SELECT = ("SELECT e.time, e.seq, e.extents, e.nbytes, e.messages, e.crc, e.completed_at, "
@@ -155,8 +154,7 @@ _DURABLE_COLUMNS = ("topic, name, position, acked, state, holder, holder_pid, ho
 
 
 def _durable(row, now: float | None = None) -> DurableInfo:
-    """The :class:`DurableInfo` of one row; its holder's lease judged at ``now`` (the catalog's
-    clock, ``epoch_now()``)."""
+    """The :class:`DurableInfo` of one row; its holder's lease judged at ``now`` (catalog's clock)."""
     (topic, name, position, acked, state, holder, pid, pid_start, host, created, acked_at,
      reason, lease, seen) = row
     alive = holder is not None and holder_alive(pid, pid_start, host, lease, seen, now)
@@ -166,8 +164,7 @@ def _durable(row, now: float | None = None) -> DurableInfo:
 
 
 def _check_writer(conn, topic: str, partition: int, incarnation: str) -> None:
-    """Inside a write transaction: raise :class:`Fenced` if an incarnation other than
-    ``incarnation`` holds ``partition`` of ``topic`` live now (the catalog's clock)."""
+    """In a write transaction: :class:`Fenced` if another incarnation holds the partition live."""
     row = conn.execute(f"SELECT {ROW_COLUMNS}, epoch_now() FROM partitions WHERE topic = ? "
                        f"AND idx = ?", (topic, partition)).fetchone()
     if row is None or row[4] == incarnation:  # (column 4: incarnation) the writer holds it
@@ -272,8 +269,15 @@ class HistoryTables:
             row = conn.execute("SELECT object, object_bytes, nbytes FROM history_segments "
                                "WHERE topic = ? AND idx = ? AND seq = ?",
                                (topic, partition, segment)).fetchone()
-            if row is None or nbytes > row[2] or (row[1] is not None and row[1] >= nbytes):
-                return False, None if row is None else row[0]  # trimmed, or one as long is in
+            if row is None:
+                return False, None  # trimmed
+            chain, plain = name.startswith("tails:"), row[0] and row[0][:6] != "tails:"
+            # a chain replaces a chain (a successor drops the tails beyond the committed
+            # bytes); a whole object replaces a chain holding as many bytes
+            held = row[1] is not None and (row[1] >= nbytes if plain else
+                                           not chain and row[1] > nbytes)
+            if (nbytes > row[2] and not chain) or held:
+                return False, row[0]  # fewer bytes committed, or one as long is in
             conn.execute("UPDATE history_segments SET object = ?, object_bytes = ? WHERE "
                          "topic = ? AND idx = ? AND seq = ?",
                          (name, nbytes, topic, partition, segment))

@@ -10,6 +10,12 @@ the store. The order is always: the index rows (``Catalog.history_trim``, refuse
 :class:`~epochstream.errors.Fenced` unless the caller holds the lease), then the objects. A
 holder killed between the two leaves objects no index row names (no reader can find them); the
 next holder deletes every object of a segment number below the first one the index retains.
+
+Objects of *retained* segments that no index entry names (a publisher killed mid-upload or
+between an upload and its index entry; a replaced object whose deletion was cut short) are
+deleted by :func:`sweep_orphans` once they are older than :data:`ORPHAN_GRACE`: an upload is
+indexed within one catalog call after it completed, and every retry uploads the object again
+(a new modification time), so an object that old is never one still to be indexed.
 """
 
 from __future__ import annotations
@@ -23,12 +29,46 @@ from typing import Any
 from ..errors import CatalogError, Fenced, HistoryError, PartitionHeld
 from ..retention import Retention, segments_to_delete
 
-__all__ = ["RETENTION_LEASE", "RetentionLease", "Retainer", "PartitionRun"]
+__all__ = ["RETENTION_LEASE", "RetentionLease", "Retainer", "PartitionRun", "sweep_orphans",
+           "ORPHAN_GRACE", "ORPHAN_SWEEP"]
 
 RETENTION_LEASE = 30.0
 """Seconds a retention lease holds without a renewal (renewed every third of it)."""
 
+ORPHAN_GRACE = 900.0
+"""Seconds an object no index entry names must have existed before it is deleted as an orphan
+(far longer than an upload plus one catalog call; store and host clocks may differ a little)."""
+ORPHAN_SWEEP = 300.0
+"""Seconds between two orphan sweeps of a publisher holding the retention lease."""
+
 log = logging.getLogger("epochstream.history")
+
+
+def sweep_orphans(store: Any, catalog: Any, topic: str, partition: int, *,
+                  grace: float = ORPHAN_GRACE, now: float | None = None) -> int:
+    """Delete the objects of ``partition`` of ``topic`` in ``store`` (a
+    :class:`~epochstream.log.store.LogStore`) that no index entry of the catalog names (a
+    whole object, or a piece of a chain) and that are older than ``grace`` seconds at ``now``
+    (``time.time()``); returns how many. Raises ``OSError``/:class:`CatalogError`."""
+    from .store import is_tails, tail_pieces
+
+    now = _time.time() if now is None else now
+    listed = store.segment_objects(topic, partition, mtimes=True)  # (listed before reading the
+    state = catalog.history_state(topic, partition)                # index: an upload indexed
+    if state is None:                                              # meanwhile is named there)
+        return 0
+    named: set = set()
+    for g in state.segments:
+        if is_tails(g.object):
+            named.update(name for _, _, name in tail_pieces(g.object))
+        elif g.object:
+            named.add(g.object)
+    n = 0
+    for name, _, _, mtime in listed:
+        if name not in named and mtime is not None and now - mtime > grace:
+            store.delete(name)
+            n += 1
+    return n
 
 
 class RetentionLease:
@@ -84,8 +124,8 @@ class RetentionLease:
 @dataclass(frozen=True)
 class PartitionRun:
     """What one :meth:`Retainer.run_once` did to one partition: ``segments`` trimmed from the
-    index, ``objects`` of theirs deleted from the store, ``orphans`` (objects below the retained
-    segments that no index row named: a holder killed mid-deletion) deleted, ``since`` (the
+    index, ``objects`` of theirs deleted from the store, ``orphans`` (objects no index row named:
+    below the retained segments, or older than the grace) deleted, ``since`` (the
     retained frontier after), ``expired`` (durable subscriptions and ``group:`` groups it
     expired), ``error`` (a store that could not be opened or written: what is left there)."""
 
@@ -106,11 +146,15 @@ class Retainer:
     (``lease`` seconds, as ``holder``). :meth:`acquire` first (raises
     :class:`~epochstream.errors.PartitionHeld` naming the holder if a live publisher or another
     runner holds one, having taken none), then :meth:`run_once` as often as wanted, then
-    :meth:`release`. Local segment files are left alone (their publisher's)."""
+    :meth:`release`. Local segment files are left alone (their publisher deletes those of
+    trimmed segments when it opens the log). Objects no index entry names are deleted once older
+    than ``orphan_grace`` seconds (:func:`sweep_orphans`; counted in ``orphans``)."""
 
     def __init__(self, catalog: Any, topic: str, limits: Retention, *,
-                 lease: float = RETENTION_LEASE, holder: str | None = None):
+                 lease: float = RETENTION_LEASE, holder: str | None = None,
+                 orphan_grace: float = ORPHAN_GRACE):
         self.catalog, self.topic, self.limits = catalog, topic, limits
+        self.orphan_grace = orphan_grace
         self.holder = holder or f"retention-run:{uuid.uuid4().hex}"
         self.lease = lease
         self.leases: dict[int, RetentionLease] = {}
@@ -189,6 +233,8 @@ class Retainer:
                     if 0 <= seq < first and name not in named and name not in objects:
                         store.delete(name)
                         orphans += 1
+                orphans += sweep_orphans(store, self.catalog, self.topic, p,
+                                         grace=self.orphan_grace)
             except (OSError, ValueError, CatalogError, HistoryError) as e:
                 error = (f"store {state.store}: {' '.join(str(e).split())[:300]}; objects of "
                          f"trimmed segments are left there (deleted by the next run)")

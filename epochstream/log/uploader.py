@@ -51,6 +51,7 @@ class Uploader:
         self.store, self.catalog, self.topic, self.partition = store, catalog, topic, partition
         self.incarnation, self.limit = incarnation, limit
         self._jobs: collections.deque = collections.deque()  # ("up", seq, path, n) | ("rm", name)
+        #                                                        | ("sweep",)
         self._cv = threading.Condition()
         self._busy = False
         self._stop = False
@@ -93,6 +94,15 @@ class Uploader:
         with self._cv:
             self._jobs.extend(("rm", n) for n in names)
             self._cv.notify()
+
+    def sweep(self) -> None:
+        """Delete the objects no index entry names that are older than
+        :data:`~epochstream.log.retainer.ORPHAN_GRACE` (called by the holder of the retention
+        lease; :func:`~epochstream.log.retainer.sweep_orphans`), on this thread."""
+        with self._cv:
+            if ("sweep",) not in self._jobs:
+                self._jobs.append(("sweep",))
+                self._cv.notify()
 
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for every job handed over so far; True if done
@@ -184,6 +194,14 @@ class Uploader:
         if job[0] == "rm":
             self.store.delete(job[1])
             self.stats["deleted"] += 1
+            return
+        if job[0] == "sweep":
+            from .retainer import sweep_orphans
+            n = sweep_orphans(self.store, self.catalog, self.topic, self.partition)
+            self.stats["deleted"] += n
+            if n:
+                log.info("epoch log %s/%s: deleted %d object(s) no index entry names (left by "
+                         "a crash mid-upload)", self.topic, self.partition, n)
             return
         _, seq, path, nbytes = job
         name = object_name(self.topic, self.partition, seq, self.incarnation, nbytes)

@@ -45,7 +45,7 @@ from ..frontier import Antichain
 from ..retention import Retention, SegmentStat, segment_aged, segments_to_delete
 
 from .format import RECORD_HEADER, _D, _F, _HLEN, _U32, segment_path
-from .retainer import RetentionLease
+from .retainer import ORPHAN_SWEEP, RetentionLease
 
 __all__ = ["LogWriter", "UPLOADS_AT_CLOSE"]
 
@@ -93,9 +93,12 @@ class LogWriter:
         self.incarnation: str | None = None  # the writer's: a newer one fences its commits
         #: the :class:`~epochstream.log.uploader.Uploader` of sealed segments (``store=``)
         self.uploader: Any = None
+        #: the :class:`~epochstream.log.tails.TailChain` of ``upload="frontier"`` (or ``None``)
+        self.tails: Any = None
         self._committed = 0  # bytes of the segment being written the index covers
         self._tail_sent = 0  # of those, bytes handed to the uploader at a close
         self.lease: RetentionLease | None = None  # the partition's retention lease (open())
+        self._swept = 0.0  # time.time() of the last orphan sweep handed to the uploader
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, lower: tuple, upper: tuple) -> HistoryState:
@@ -124,9 +127,10 @@ class LogWriter:
                     seq = int(p.stem)
                 except ValueError:
                     continue
-                if seq > state.segment:
-                    log.warning("epoch log %s/%s: removing %s (beyond the indexed segment %d)",
-                                self.topic, self.partition, p, state.segment)
+                if seq > state.segment or seq < state.segments[0].seq:  # (trimmed meanwhile)
+                    log.warning("epoch log %s/%s: removing %s (not among the indexed segments "
+                                "%d..%d)", self.topic, self.partition, p,
+                                state.segments[0].seq, state.segment)
                     p.unlink()
         except (OSError, CatalogError) as e:
             raise HistoryWriteError(f"cannot open the epoch log of {self.topic!r} partition "
@@ -137,6 +141,12 @@ class LogWriter:
         self._record_limits()
         self._segment, self._offset = state.segment, state.committed
         self._committed = state.committed
+        if self.uploader is not None:  # (the chain of the segment being written, cut there)
+            from .tails import TailChain
+            chain = self.tails or TailChain(self.uploader.store, self.catalog, self.topic,
+                                            self.partition, self.incarnation or "")
+            chain.resume(next((g.object for g in state.segments if g.seq == state.segment),
+                              None), state.committed, state.segment)
         self._upload_sealed(state)
         self._segments = list(state.segments)
         self._lower = Antichain(self.order, state.lower)
@@ -317,6 +327,13 @@ class LogWriter:
                 os.fsync(self._file.fileno())             # the lower frontier is in the index
         except OSError as e:
             raise self._fail("write the frontier records", e) from e
+        if self.tails is not None:  # upload="frontier": in the store before it is indexed
+            try:
+                self.tails.upload(segment_path(self.dir, self._segment), self._segment,
+                                  self._offset)
+            except (Fenced, HistoryWriteError) as e:
+                self._failed = e
+                raise
         now = _time.time()
         epochs = [EpochRecord(self.partition, t, self._segment,
                               tuple(tuple(x) for x in self._open[t].extents),
@@ -343,6 +360,8 @@ class LogWriter:
             self._segments.append(SegmentStat(roll_to, 0, 0, None))
             self._oldest = None
             self._tail_sent = 0
+            if self.tails is not None:
+                self.tails.reset()
         self._apply_retention(now)
 
     def _next_segment(self, boundary: bool, now: float) -> tuple:
@@ -427,6 +446,8 @@ class LogWriter:
         self._segments.append(SegmentStat(roll_to, 0, 0, None))
         self._oldest = None
         self._tail_sent = 0
+        if self.tails is not None:
+            self.tails.reset()
 
     def _objects_before(self, keep_from: int) -> list[str]:
         """The objects in the store of the segments numbered below ``keep_from`` (read from the
@@ -440,6 +461,9 @@ class LogWriter:
     def _apply_retention(self, now: float) -> None:
         n = segments_to_delete(self._segments, self.retention, now)
         held = self.lease is not None and self.lease.held()  # (renewed every third of it)
+        if held and self.uploader is not None and now - self._swept > ORPHAN_SWEEP:
+            self._swept = now  # (objects a crash left unindexed: deleted once old enough)
+            self.uploader.sweep()
         if n == 0 or not held:  # (not held: a runner applies the same recorded limits)
             return
         keep_from = self._segments[n].seq

@@ -96,6 +96,10 @@ class PublisherLoop:
         self._logs = None if log_writer is None else LogDriver(
             log_writer, ctx, self.topic, self.partition, self.order, self._loop_lower,
             self.stats, self._log_failed)
+        if log_writer is not None and getattr(log_writer, "tails", None) is not None:
+            # upload="frontier": while a commit waits for the store, heartbeats go on (with the
+            # lower frontier as announced), so subscribers do not take the wait for a death
+            log_writer.tails.on_wait = lambda: self._tick(False)
         # filtering at the source (docs/filters.md): the topic's key, the bound on programs
         self.key = getattr(p, "key", None)
         self.max_filter_classes = getattr(p, "max_filter_classes", 32)

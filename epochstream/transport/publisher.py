@@ -437,6 +437,8 @@ class Publisher:
                                     else "the epoch log did not commit within 30 s at close")
         if abort_reason is not None:
             self._aborted = abort_reason
+            if self._log is not None and self._log.tails is not None:
+                self._log.tails.stop()  # (upload="frontier": a commit waiting for the store)
             log.warning("publisher %s/%s aborted: %s", self.topic, self.partition, abort_reason)
             self._handoff.put_final((ABORT, abort_reason, None))
             if self._log is not None and self._thread.is_alive():

@@ -98,6 +98,10 @@ def open_log(catalog: Catalog | None, retention: Retention, topic: str, partitio
     if store is not None:
         writer.uploader = Uploader(store, catalog, topic, partition, incarnation,
                                    retention.upload_backlog)
+        if retention.upload == "frontier":
+            from ..log.tails import TailChain
+
+            writer.tails = TailChain(store, catalog, topic, partition, incarnation)
     try:
         return _open_writer(writer, catalog, topic, partition, order, start, prior, info, mine,
                             who)

@@ -7,7 +7,12 @@ process (tests/store/test_store.py).
         nor max_age)). Prints "ready <log directory>", then publishes epochs
         --first .. --last - 1, each --msgs records {"t", "i", "pad"} then advance_to(t + 1),
         printing "epoch <t>" (``--pause``: after "ready", first wait for a line on stdin).
-        ``--wait-uploads``: then waits until the index has an object for
+        ``--upload frontier``: Retention(upload="frontier"); ``--first -1``: from the epoch the
+        log resumes at (a successor); ``--crash-at POINT --crash-after N``: SIGKILL itself at the
+        N-th frontier tail upload (1-based), at POINT: ``upload`` (mid-upload: half the bytes
+        written), ``uploaded`` (uploaded, not indexed), ``indexed`` (the chain indexed, the
+        epochs not committed), ``committed`` (committed, the frontier update not sent).
+        ``--flush-each``: flush() after each epoch. ``--wait-uploads``: then waits until the index has an object for
         every sealed segment holding epochs and prints "uploaded <n objects>". ``--end hang``
         (default): prints "hanging" and sleeps (to be killed); ``close``: close(wait=True),
         prints "closed".
@@ -22,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import time
 
@@ -33,19 +40,71 @@ def out(*words) -> None:
     print(*words, flush=True)
 
 
+def crash_at(cat, point: str, after: int) -> None:
+    """SIGKILL this process at ``point`` of the ``after``-th tail upload (module docstring):
+    a real kill -9 of a real process, injected at an exact moment; the store is real."""
+    import pyarrow.fs as pafs
+
+    from epochstream.log.store import LogStore
+
+    count = [0]
+    upload, uploaded, commit = LogStore.upload, type(cat).history_uploaded, \
+        type(cat).history_commit
+
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def upload_(self, path, nbytes, name, start=0):
+        if name.endswith(".estail"):
+            count[0] += 1
+            if count[0] == after and point == "upload":
+                out_ = self.fs.open_output_stream(self.path(name))
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    out_.write(f.read(max(1, nbytes // 2)))
+                assert isinstance(self.fs, pafs.FileSystem)
+                die()
+        upload(self, path, nbytes, name, start)
+        if count[0] == after and point == "uploaded" and name.endswith(".estail"):
+            die()
+
+    def uploaded_(self, topic, partition, segment, name, *rest):
+        r = uploaded(self, topic, partition, segment, name, *rest)
+        if count[0] == after and point == "indexed" and name.startswith("tails:"):
+            die()
+        return r
+
+    def commit_(self, *args, **kw):
+        r = commit(self, *args, **kw)
+        if count[0] == after and point == "committed":
+            die()
+        return r
+
+    LogStore.upload = upload_
+    type(cat).history_uploaded = uploaded_
+    type(cat).history_commit = commit_
+
+
 def publish(a) -> None:
     cat = Catalog(a.catalog)
     limits = {"max_epochs": a.max_epochs}
     if a.keep_all:
         limits.update(max_bytes=None, max_age=None)
+    if a.crash_at:
+        crash_at(cat, a.crash_at, a.crash_after)
     pub = Publisher(a.topic, 0, catalog=cat, retention=Retention(
-        dir=a.dir, store=a.store, segment_bytes=a.segment_bytes, **limits))
-    out("ready", cat.history_state(a.topic, 0).dir)
+        dir=a.dir, store=a.store, segment_bytes=a.segment_bytes, upload=a.upload, **limits))
+    state = cat.history_state(a.topic, 0)
+    out("ready", state.dir)
     if a.pause:
         sys.stdin.readline()
-    for t in range(a.first, a.last):
+    first = a.first if a.first >= 0 else (state.lower[0] if state.lower else a.last)
+    out("first", first)
+    for t in range(first, a.last):
         pub.send(t, [{"t": t, "i": i, "pad": "x" * a.pad} for i in range(a.msgs)])
         pub.advance_to(t + 1)
+        if a.flush_each:  # (one commit, so one frontier upload, per epoch)
+            pub.flush()
         out("epoch", t)
     pub.flush()
     if a.wait_uploads:
@@ -112,6 +171,11 @@ def main() -> None:
     pp.add_argument("--end", choices=("hang", "close"), default="hang")
     pp.add_argument("--max-epochs", type=int, default=None)
     pp.add_argument("--keep-all", action="store_true", help="no max_bytes, no max_age")
+    pp.add_argument("--upload", choices=("sealed", "frontier"), default="sealed")
+    pp.add_argument("--crash-at", choices=("upload", "uploaded", "indexed", "committed"),
+                    default=None)
+    pp.add_argument("--crash-after", type=int, default=1)
+    pp.add_argument("--flush-each", action="store_true")
     pr = sub.add_parser("read")
     pr.add_argument("catalog")
     pr.add_argument("topic")
