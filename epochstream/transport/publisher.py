@@ -442,8 +442,7 @@ class Publisher:
             log.warning("publisher %s/%s aborted: %s", self.topic, self.partition, abort_reason)
             self._handoff.put_final((ABORT, abort_reason, None))
             if self._log is not None and self._thread.is_alive():
-                # wait until the loop closed the log: a successor (even in this process) may
-                # open and recover it as soon as the catalog says aborted
+                # until the loop closed the log: a successor may recover it once aborted
                 quiet = threading.Event()
                 self._handoff.put_final((SYNC, quiet, None))
                 quiet.wait(30.0)
