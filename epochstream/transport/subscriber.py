@@ -341,7 +341,8 @@ class Subscriber:
         """The events of one poll's messages ``got``, each handed out (filtered, decoded) when
         it is consumed, in order; a history fill's messages read as they are consumed."""
         hand_out = self.hand_out
-        for m in got:
+        for i, m in enumerate(got):
+            got[i] = None  # handed-out events hold decoded records: the batch must not keep them
             m = hand_out(m)
             if m is None:
                 continue
