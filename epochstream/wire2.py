@@ -32,7 +32,7 @@ import msgpack
 
 from .errors import WireError
 
-__all__ = ["DATA2", "MAX_ARITY", "SPLIT_BYTES", "header_size", "data_header2", "encode_data2",
+__all__ = ["DATA2", "MAX_ARITY", "SPLIT_BYTES", "VIEW_BYTES", "header_size", "data_header2", "encode_data2",
            "V2Renderer", "data_decoder", "decode_data2", "choose_wire", "WIRE_VERSIONS"]
 
 DATA2 = b"D\x02"
@@ -43,6 +43,10 @@ MAX_ARITY = 64
 SPLIT_BYTES = 16384
 #: the data-message versions this side speaks, oldest first
 WIRE_VERSIONS = (1, 2)
+#: a frame of at most this many bytes hands its payload out as ``bytes`` (a copy: cheaper than
+#: a memoryview for small payloads, and not tracked by the garbage collector), a bigger one as a
+#: memoryview of the frame (no copy) — benchmarks/results/optimizations.json
+VIEW_BYTES = 2048
 
 _I64_MIN, _I64_MAX, _U64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
 _structs: dict[tuple[int, int], struct.Struct] = {}
@@ -148,18 +152,20 @@ def decode_data2(frames, arity: int | None = None) -> tuple[Any, Any]:
             raise WireError(f"v2 data message in two frames: the header frame must be exactly "
                             f"{size} bytes, got {len(f)}")
         return t, frames[1]
-    return t, memoryview(f)[size:]
+    return t, f[size:] if len(f) <= VIEW_BYTES else memoryview(f)[size:]
 
 
 def data_decoder(arity: int) -> Callable[[list], tuple[Any, Any]]:
     """A fast ``decode(frames) -> (time, payload)`` for the v2 ``D`` messages of a topic whose
-    times have ``arity`` components (0: total order): one ``unpack_from`` and a memoryview slice;
+    times have ``arity`` components (0: total order): one ``unpack_from`` and a slice (bytes for
+    a frame of at most :data:`VIEW_BYTES`, else a memoryview: no copy);
     anything unusual goes to :func:`decode_data2`, which raises the precise
     :class:`WireError`."""
     s = _struct(arity, 0)
     size = header_size(arity)
     unpack = s.unpack_from
     error = struct.error
+    view = VIEW_BYTES
 
     if arity == 0:
         def decode(frames):
@@ -170,7 +176,7 @@ def data_decoder(arity: int) -> Callable[[list], tuple[Any, Any]]:
                 return decode_data2(frames, 0)
             if a or flags or len(frames) != 1:
                 return decode_data2(frames, 0)
-            return t, memoryview(f)[size:]
+            return t, f[size:] if len(f) <= view else memoryview(f)[size:]
         return decode
 
     def decode_product(frames):
@@ -181,7 +187,7 @@ def data_decoder(arity: int) -> Callable[[list], tuple[Any, Any]]:
             return decode_data2(frames, arity)
         if vals[1] != arity or vals[2] or len(frames) != 1:
             return decode_data2(frames, arity)
-        return vals[3:], memoryview(f)[size:]
+        return vals[3:], f[size:] if len(f) <= view else memoryview(f)[size:]
     return decode_product
 
 

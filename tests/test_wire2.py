@@ -53,10 +53,13 @@ def test_roundtrip_every_time_both_forms(t, payload, split):
         assert got_t == t and bytes(got_p) == payload
 
 
-def test_payload_is_a_view_of_the_frame_not_a_copy():
-    frame = wire.data_header2(7) + b"x" * 100
-    _, payload = wire.data_decoder(0)([frame])
-    assert type(payload) is memoryview and payload.obj is frame
+def test_a_big_payload_is_a_view_of_the_frame_not_a_copy_a_small_one_bytes():
+    frame = wire.data_header2(7) + b"x" * wire2.VIEW_BYTES
+    for decode in (wire.data_decoder(0), wire.decode_data2):
+        _, payload = decode([frame])
+        assert type(payload) is memoryview and payload.obj is frame
+    small = wire.data_header2(7) + b"x" * 100
+    assert wire.data_decoder(0)([small]) == (7, b"x" * 100)
 
 
 def test_renderer_encodes_once_per_header_and_falls_back_to_v1():
