@@ -178,3 +178,27 @@ def test_fanout_backlog_of_a_v2_peer_spends_credit_when_drained():
     assert len(out) == 1 and len(f.peers[b"p"].backlog) == 1  # credit 1: the second waits
     f.grant(b"p", 1, lambda i, fr: out.append(fr) or SENT)
     assert len(out) == 2 and f.peers[b"p"].credit == 0 and out[1][0][:2] == wire.DATA2
+
+
+def test_fanout_renders_each_filtered_variant_once_for_its_v2_peers():
+    class _Interest:  # (only its presence matters to the fan-out)
+        pass
+
+    sent: dict = {}
+    calls = []
+
+    def render(frames):
+        calls.append(frames[2])
+        return wire.V2Renderer()(frames)
+
+    f = Fanout("t", 0, max_messages=10, max_bytes=1 << 20, credit_timeout=30)
+    for ident, version in ((b"a", 2), (b"b", 2), (b"c", 1), (b"d", 2)):
+        f.join(ident, None, ident.decode(), wire=version).interest = _Interest()
+    msg = [wire.DATA, wire.encode_time(1), b"all"]
+    small = [wire.DATA, msg[1], b"some"]
+    variants = {b"a": small, b"b": small, b"c": small, b"d": msg}
+    f.broadcast(msg, lambda i, fr: sent.setdefault(i, fr) and SENT or SENT, 0.0,
+                variant=lambda peer: variants[peer.ident], render=render)
+    assert sorted(calls) == [b"all", b"some"]  # once per distinct variant, not per peer
+    assert sent[b"a"] == sent[b"b"] == [wire.data_header2(1) + b"some"]
+    assert sent[b"c"] is small and sent[b"d"] == [wire.data_header2(1) + b"all"]
