@@ -249,6 +249,8 @@ class TopicJoin:
         """Process one multipart message; return protocol outputs (data still encoded)."""
         self.stats["messages"] += 1
         kind = frames[0][:2]
+        if type(kind) is not bytes:  # a memoryview of a big frame (sockets.receive_from)
+            kind = bytes(kind)
         if self.credit is not None and (kind == wire.FRONTIER if self.credit_unit == "epochs"
                                         else kind in _CREDITED):
             self.links.spend_credit(partition)
@@ -256,7 +258,9 @@ class TopicJoin:
             t, payload = self._decode2(frames)
             return self._data(partition, t, payload, None)
         if len(frames) == 3 and frames[0] == wire.DATA:
-            return self._data(partition, frames[1], frames[2], frames[1])
+            raw = frames[1]  # the cache key: bytes (a big one arrives as a memoryview)
+            raw = raw if type(raw) is bytes else bytes(raw)
+            return self._data(partition, raw, frames[2], raw)
         msg = wire.decode(frames)
         if isinstance(msg, InitialFrontierSnapshot):
             meta = wire.decode_snapshot_meta(frames)

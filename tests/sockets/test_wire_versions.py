@@ -253,3 +253,21 @@ def test_handed_out_messages_are_not_kept_alive_by_the_poll_batch():
         # freed once consumed (~420 when the batch keeps them: the mutation was tried)
         assert collections < 100, collections
         sub.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_flow_controlled_subscriber_with_payloads_received_as_memoryviews(version):
+    """Frames over 2 KiB arrive as memoryviews of the zmq.Frame (no copy): a v2 message of
+    5 KB (one frame) and a v1 one must still be counted for credit and cached by time."""
+    with Publisher("t", heartbeat_interval=0.2, coalesce_bytes=0) as pub:
+        sub = Subscriber("t", endpoints=[pub.endpoint], credit=4, wire_version=version)
+        assert sub.wait_ready(5)
+        _wait_subscribers(pub, 1)
+        for e in range(5):
+            for i in range(5):
+                pub.send(e, [["x" * 5000, i]])
+            pub.advance_to(e + 1)
+        pub.close()
+        assert [(ep.time, len(ep.records)) for ep in sub.epochs(timeout=5)] == \
+            [(e, 5) for e in range(5)]
+        sub.close()
