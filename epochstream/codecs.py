@@ -196,9 +196,11 @@ class ArrowCodec:
         marker] whose schema bytes were seen before is read against the cached schema; anything
         else (dictionaries, several batches, a malformed payload) takes the full reader."""
         pa = self._pa
-        if type(payload) is bytes and payload.startswith(_CONTINUATION) and payload.endswith(_EOS):
+        kind = type(payload)  # bytes (v1 frames), or a memoryview of a v2 frame (no copy)
+        if (kind is bytes or kind is memoryview) and payload[:4] == _CONTINUATION and \
+                payload[-8:] == _EOS:
             end = 8 + int.from_bytes(payload[4:8], "little")
-            key = payload[:end]
+            key = bytes(payload[:end])
             schema = self._schemas.get(key)
             if schema is not None:
                 try:

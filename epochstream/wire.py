@@ -28,13 +28,17 @@ import msgpack
 from .codecs import CODECS, ArrowCodec, MsgpackCodec, codec
 from .errors import WireError
 from .events import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
+from .wire2 import (DATA2, MAX_ARITY, WIRE_VERSIONS, V2Renderer, choose_wire, data_decoder,  # noqa: F401
+                    data_header2, decode_data2, encode_data2)
 
 __all__ = ["VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HELLO", "PING", "BYE",
            "CREDIT", "READ", "HISTORY", "UPDATE", "encode_history", "decode_history",
            "Heartbeat", "Notice", "encode_snapshot", "encode_data", "encode_frontier",
            "encode_heartbeat", "encode_notice", "encode_control", "decode", "decode_control",
            "decode_time", "codec", "CODECS", "MsgpackCodec", "ArrowCodec", "CONTROL_SCHEMAS",
-           "ControlField", "encode_time", "decode_snapshot_meta", "MAX_ID_CHARS", "MAX_COUNT"]
+           "ControlField", "encode_time", "decode_snapshot_meta", "MAX_ID_CHARS", "MAX_COUNT",
+           "DATA2", "WIRE_VERSIONS", "data_header2", "encode_data2", "V2Renderer", "data_decoder",
+           "decode_data2", "choose_wire", "MAX_ARITY"]
 
 VERSION = 1
 _V = bytes([VERSION])
@@ -51,7 +55,7 @@ READ = b"r" + _V
 HISTORY = b"R" + _V
 UPDATE = b"u" + _V
 
-_PUB_KINDS = {SNAPSHOT, DATA, FRONTIER, HEARTBEAT, NOTICE}
+_PUB_KINDS = {SNAPSHOT, DATA, DATA2, FRONTIER, HEARTBEAT, NOTICE}
 _SUB_KINDS = {HELLO, PING, BYE, CREDIT, READ, UPDATE}
 
 _packb = msgpack.Packer(use_bin_type=True).pack
@@ -113,6 +117,12 @@ def _is_time(v) -> bool:
     return type(v) is tuple and len(v) <= 64 and all(type(x) is int for x in v)
 
 
+def _is_versions(v) -> bool:
+    """The ``wire`` field of a hello: an array of 1..8 ints (the data-message versions the
+    subscriber speaks)."""
+    return type(v) is tuple and 1 <= len(v) <= 8 and all(type(x) is int for x in v)
+
+
 _ID = f"a str of at most {MAX_ID_CHARS} characters"
 _COUNT = "an int >= 1 (at most 2**31)"
 
@@ -130,7 +140,9 @@ CONTROL_SCHEMAS: dict[bytes, tuple[str, tuple[ControlField, ...]]] = {
                       ControlField("credit_unit", False, _is_credit_unit,
                                    '"messages" or "epochs"'),
                       ControlField("filter", False, _is_program,
-                                   "a filter program: an array of 1..16 [boundary, filter]"))),
+                                   "a filter program: an array of 1..16 [boundary, filter]"),
+                      ControlField("wire", False, _is_versions,
+                                   "an array of 1..8 ints (data-message versions)"))),
     PING: ("ping", (ControlField("id", True, _is_id, _ID),)),
     CREDIT: ("credit", (ControlField("messages", True, _is_count, _COUNT),)),
     BYE: ("bye", ()),
@@ -262,12 +274,19 @@ def _header(frames, expected: int):
 def _check_kind(frames, kinds) -> bytes:
     if not frames:
         raise WireError("empty multipart message")
-    kind = bytes(frames[0])
-    if kind in kinds:
+    f0 = frames[0]
+    kind = bytes(f0[:2])
+    if kind == DATA2 and DATA2 in kinds:  # version 2: the header and payload follow in frame 0
         return kind
-    if len(kind) == 2 and kind[1] != VERSION:
-        raise WireError(f"unsupported protocol version {kind[1]} (this side speaks {VERSION})")
-    raise WireError(f"unknown message kind {kind!r}")
+    if kind in kinds and len(f0) == 2:
+        return kind
+    if len(f0) == 2 and kind[1] != VERSION:
+        raise WireError(f"unsupported protocol version {kind[1]} of kind {kind[:1]!r} (this "
+                        f"side speaks {VERSION}, and versions {list(WIRE_VERSIONS)} of data)")
+    if DATA2 in kinds and len(f0) > 2 and kind[:1] == b"D" and kind[1] not in WIRE_VERSIONS:
+        raise WireError(f"unsupported data message version {kind[1]} (this side speaks "
+                        f"{list(WIRE_VERSIONS)})")
+    raise WireError(f"unknown message kind {_show(bytes(f0[:16]))}")
 
 
 def _times(value, what: str) -> tuple:
@@ -293,6 +312,9 @@ def decode(frames) -> Any:
     shape-checked here; the protocol checks them against the topic's order. Raises
     :class:`WireError`."""
     kind = _check_kind(frames, _PUB_KINDS)
+    if kind == DATA2:
+        t, payload = decode_data2(frames)
+        return DataMessage(t, payload, len(payload))
     if kind == DATA:
         if len(frames) != 3:
             raise WireError(f"data message needs 3 frames, got {len(frames)}")

@@ -57,3 +57,17 @@ def catalog_location(request, tmp_path, monkeypatch):
         return tmp_path / "cat.sqlite"
     monkeypatch.setenv("EPOCHSTREAM_HOME", str(tmp_path / "home"))
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(params=[1, 2], ids=["wire1", "wire2"])
+def wire_version(request, monkeypatch):
+    """Run a test once per data-message version (docs/protocol.md §2.2): ``1`` makes every
+    publisher and subscriber of this process speak version 1 only (as before version 2 existed:
+    subscribers offer ``[1]``, publishers choose 1), ``2`` leaves the default (both offered, 2
+    chosen). Peers in other processes keep the default."""
+    if request.param == 1:
+        from epochstream import wire, wire2
+
+        monkeypatch.setattr(wire, "WIRE_VERSIONS", (1,))
+        monkeypatch.setattr(wire2, "WIRE_VERSIONS", (1,))
+    return request.param

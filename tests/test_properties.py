@@ -323,20 +323,26 @@ def _drive(pub, e):
             pub.progress([(t, -c) for t, c in counts.items()])
 
 
+@pytest.mark.parametrize("sub_wire", [1, 2])
 @settings(max_examples=examples(8), deadline=None)
 @given(st.sampled_from([TOTAL, product(2)]).flatmap(
     lambda o: event_streams(o, partitions=st.integers(1, 3), max_events=8, close=True)),
     st.data())
-def test_transport_delivers_oracle_epochs(stream, data):
+def test_transport_delivers_oracle_epochs(sub_wire, stream, data):
+    """The differential test, against both data-message versions: the subscriber offers
+    ``sub_wire``'s versions, each partition's publisher serves up to a drawn version (so
+    partitions of one join may speak different versions)."""
     from epochstream.transport import Publisher, Subscriber
 
     g = data.draw(st.integers(0, len(stream.interleaving)), label="attach after global event")
     n = stream.partitions
+    pub_wire = data.draw(st.lists(st.sampled_from([1, 2]), min_size=n, max_size=n),
+                         label="each publisher's wire_version")
     topic = f"prop-{threading.get_ident()}-{id(stream)}"
     # strict=False: the generated streams carry timely's transient negative counts across
     # progress batches, which a strict (single-upstream) publisher would refuse.
     pubs = [Publisher(topic, i, partitions=n, order=stream.order, heartbeat_interval=0.2,
-                      strict=False) for i in range(n)]
+                      strict=False, wire_version=pub_wire[i]) for i in range(n)]
     sub = None
     try:
         seen = [0] * n
@@ -345,7 +351,7 @@ def test_transport_delivers_oracle_epochs(stream, data):
                 for pub in pubs:
                     pub.flush()
                 sub = Subscriber(topic, endpoints=[pb.endpoint for pb in pubs], order=stream.order,
-                                 timeout=5.0)
+                                 timeout=5.0, wire_version=sub_wire)
                 assert sub.wait_ready(5.0)
             _drive(pubs[p], stream.events[p][seen[p]])
             seen[p] += 1
@@ -353,7 +359,7 @@ def test_transport_delivers_oracle_epochs(stream, data):
             pub.flush()
         if sub is None:
             sub = Subscriber(topic, endpoints=[pb.endpoint for pb in pubs], order=stream.order,
-                             timeout=5.0)
+                             timeout=5.0, wire_version=sub_wire)
             assert sub.wait_ready(5.0)
         for pub in pubs:
             pub.close(linger=1.0)

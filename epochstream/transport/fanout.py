@@ -33,8 +33,9 @@ __all__ = ["Peer", "Fanout", "Transmit", "frames_nbytes"]
 
 #: frame 0 of a frontier update (``F``): what spends a peer's credit counted in epochs
 FRONTIER_KIND = b"F\x01"
-#: frame 0 of the messages that spend credit counted in messages (``D``, ``F``)
-_CREDITED = frozenset((b"D\x01", FRONTIER_KIND))
+#: the first two bytes of frame 0 of the messages that spend credit counted in messages (``D``
+#: in either version, ``F``)
+_CREDITED = frozenset((b"D\x01", b"D\x02", FRONTIER_KIND))
 
 Transmit = Callable[[bytes, list], int]
 
@@ -51,14 +52,16 @@ class Peer:
     subscriber's own stable id (the same on every partition and reconnection); ``credit``:
     ``None`` (no flow control) or the ``D``/``F`` messages it may still be sent — or, with
     ``epochs=True``, the frontier updates (``F``): credit counted in epochs, so a pulling
-    subscriber is sent at most that many frontier advances ahead, whatever their size."""
+    subscriber is sent at most that many frontier advances ahead, whatever their size;
+    ``wire``: the data-message version its connection was answered with (1 or 2)."""
 
     __slots__ = ("ident", "sub_id", "credit", "backlog", "backlog_bytes", "evicted", "notice",
-                 "stalled_since", "epochs", "interest")
+                 "stalled_since", "epochs", "interest", "wire")
 
     def __init__(self, ident: bytes, credit: int | None = None, sub_id: str | None = None,
-                 epochs: bool = False):
+                 epochs: bool = False, wire: int = 1):
         self.ident = ident
+        self.wire = wire
         self.sub_id = sub_id
         self.credit = credit
         self.epochs = epochs
@@ -95,10 +98,12 @@ class Fanout:
         self.log: list[str] = []  # eviction messages, for the driver to log (then clear)
 
     # -- membership ------------------------------------------------------------------------
-    def join(self, ident: bytes, credit: int | None, sub_id: str, epochs: bool = False) -> Peer:
-        """Register ``ident`` (replacing a previous registration of it)."""
+    def join(self, ident: bytes, credit: int | None, sub_id: str, epochs: bool = False,
+             wire: int = 1) -> Peer:
+        """Register ``ident`` (replacing a previous registration of it), served data messages
+        in version ``wire``."""
         self.evicted_ids.pop(sub_id, None)
-        peer = self.peers[ident] = Peer(ident, credit, sub_id, epochs)
+        peer = self.peers[ident] = Peer(ident, credit, sub_id, epochs, wire)
         self.stats["subscribers_joined"] += 1
         return peer
 
@@ -139,13 +144,15 @@ class Fanout:
 
     # -- the stream ------------------------------------------------------------------------
     def broadcast(self, frames: list, transmit: Transmit, now: float, counted: bool = True,
-                  variant: Callable | None = None) -> None:
+                  variant: Callable | None = None, render: Callable | None = None) -> None:
         """Send ``frames`` to every peer in stream order. ``counted``: a ``D``/``F`` message
         (spends credit, waits in the backlog when it cannot go now); heartbeats
         (``counted=False``) skip peers with a backlog and spend no credit. ``variant(peer)``
         (data filtered at the source): for a peer with an ``interest``, the frames to send it
-        instead, or ``None`` to send it nothing of this message."""
-        gone = None
+        instead, or ``None`` to send it nothing of this message. ``render(frames)`` (a data
+        message): the frames as data-message version 2, for the peers served version 2 —
+        called lazily, at most once per distinct frames of this message."""
+        gone = v2 = rendered = None
         all_frames = frames
         for peer in self.peers.values():
             if peer.evicted:
@@ -155,6 +162,17 @@ class Fanout:
                     frames = variant(peer)
                     if frames is None:
                         continue
+                else:
+                    frames = all_frames
+                if render is not None and peer.wire == 2:  # one rendering per distinct variant
+                    rendered = rendered if rendered is not None else {}
+                    got = rendered.get(id(frames))
+                    if got is None:
+                        got = rendered[id(frames)] = render(frames)
+                    frames = got
+            elif render is not None:
+                if peer.wire == 2:
+                    frames = v2 if v2 is not None else (v2 := render(all_frames))
                 else:
                     frames = all_frames
             if peer.backlog and self._drain(peer, transmit):
@@ -229,7 +247,7 @@ class Fanout:
             peer.backlog.popleft()
             peer.backlog_bytes -= frames_nbytes(frames)
             if peer.credit is not None and (frames[0] == FRONTIER_KIND if peer.epochs
-                                            else frames[0] in _CREDITED):
+                                            else frames[0][:2] in _CREDITED):
                 peer.credit -= 1
         if peer.notice is not None:
             status = transmit(peer.ident, peer.notice)

@@ -74,6 +74,10 @@ class PublisherLoop:
         self.topic, self.partition, self.order, self.codec = p.topic, p.partition, p.order, p.codec
         self.incarnation, self.heartbeat_interval = p.incarnation, p.heartbeat_interval
         self.coalesce_bytes = p.coalesce_bytes
+        #: the newest data-message version served (docs/protocol.md §2.2); a peer that
+        #: negotiated version 2 is sent each message rendered once by ``_render`` (lazily)
+        self.wire_version = getattr(p, "wire_version", 2)
+        self._render = wire.V2Renderer() if self.wire_version >= 2 else None
         self._router, self._handoff, self._fanout = router, handoff, fanout
         self._transmit = transmit_to(router)
         self._closing = closing
@@ -117,7 +121,7 @@ class PublisherLoop:
                     "incarnation": self.incarnation, "heartbeat": self.heartbeat_interval,
                     "key": self.key if isinstance(self.key, str) else None}
         self._peers = PeerControl(snapshot, self._fanout, self._transmit, self.stats,
-                                  authz=authz, filters=self._filters,
+                                  authz=authz, filters=self._filters, speaks=self.wire_version,
                                   gate=self._gate, frontiers=self._frontiers,
                                   warn=warnings.warn)
 
@@ -238,9 +242,9 @@ class PublisherLoop:
             if len(fanout.peers) > 1 and len(frames[2]) >= SHARE_FRAME_BYTES:
                 frames = [frames[0], frames[1], zmq.Frame(frames[2])]
             if filters.active:
-                filters.broadcast(arg, frames, now)
+                filters.broadcast(arg, frames, now, self._render)
             else:
-                fanout.broadcast(frames, transmit, now)
+                fanout.broadcast(frames, transmit, now, render=self._render)
             data += 1
         self._commit_log(now)
         self.stats["data_messages"] += data
@@ -311,7 +315,8 @@ class PublisherLoop:
         merged = self.codec.merge(payloads)
         if merged is None:  # a payload that is not an array: send them one by one, in order
             for p in payloads[:-1]:
-                self._fanout.broadcast([frames[0], frames[1], p], self._transmit, now)
+                self._fanout.broadcast([frames[0], frames[1], p], self._transmit, now,
+                                       render=self._render)
             return [frames[0], frames[1], payloads[-1]]
         self.stats["coalesced"] += len(payloads) - 1
         return [frames[0], frames[1], merged]

@@ -107,10 +107,11 @@ class SourceFilters:
                 out.extend(f for _, f in interest.program.entries)
         return out
 
-    def broadcast(self, t, frames: list, now: float) -> None:
+    def broadcast(self, t, frames: list, now: float, render=None) -> None:
         """Broadcast a data message, each peer with an Interest sent what it selects; each
-        distinct selection is filtered and encoded once. A filter the data cannot be filtered
-        by (a column it lacks) refuses that peer with ``X error``."""
+        distinct selection is filtered and encoded once (and rendered by ``render`` once for
+        the peers served data-message version 2). A filter the data cannot be filtered by (a
+        column it lacks) refuses that peer with ``X error``."""
         cache: dict = {}
         decoded: list = []
         refused: dict = {}
@@ -132,7 +133,7 @@ class SourceFilters:
                 stats["filtered_messages"] += 1
             return got
 
-        self._fanout.broadcast(frames, self._transmit, now, variant=variant)
+        self._fanout.broadcast(frames, self._transmit, now, variant=variant, render=render)
         for ident, e in refused.items():
             self._warn("subscriber %r: its filter does not fit the data: %s", ident, e)
             self._fanout.leave(ident)

@@ -66,12 +66,13 @@ class PeerControl:
     ``fanout``/``transmit``/``stats``: the loop's; ``authz``: who may subscribe (or ``None``);
     ``filters``, ``gate`` (``None`` unless a relay's): the loop's parts; ``frontiers()``: the
     loop's lower frontier (a tuple) and upper frontier (its elements), as sent; ``warn``: the
-    loop's :meth:`PeerWarnings.warn`."""
+    loop's :meth:`PeerWarnings.warn`; ``speaks``: the newest data-message version served."""
 
     def __init__(self, snapshot: dict, fanout: Fanout, transmit: Transmit, stats, *, authz,
                  filters: SourceFilters, gate: RelayGate | None,
-                 frontiers: Callable[[], tuple], warn: Callable[..., None]):
+                 frontiers: Callable[[], tuple], warn: Callable[..., None], speaks: int = 2):
         self._snapshot = snapshot
+        self._speaks = speaks
         self.topic, self.partition = snapshot["topic"], snapshot["partition"]
         self.incarnation = snapshot["incarnation"]
         self._fanout, self._transmit, self._stats = fanout, transmit, stats
@@ -202,6 +203,12 @@ class PeerControl:
         served with the ``floor`` it waited for."""
         if not self._admitted(ident, header, gated):
             return
+        if wire.choose_wire(header.get("wire"), self._speaks) is None:
+            msg = (f"no data-message version in common: this publisher speaks "
+                   f"{list(range(1, self._speaks + 1))}, the hello offered {list(header['wire'])}")
+            self._warn("refused hello: %s", msg)
+            self._transmit(ident, wire.encode_notice("error", msg))
+            return
         try:
             program = self._filters.program(header.get("filter"))
         except FilterError as e:
@@ -240,12 +247,13 @@ class PeerControl:
         snap = InitialFrontierSnapshot(*self._frontiers())
         self._fanout.leave(ident)
         interest = self._filters.joining(program, snap.upper)
-        frames = wire.encode_snapshot(snap, **self._snapshot, filters=1,
+        version = wire.choose_wire(header.get("wire"), self._speaks)  # checked by hello()
+        frames = wire.encode_snapshot(snap, **self._snapshot, filters=1, wire=version,
                                       **({} if floor is None else {"floor": list(floor)}))
         # registered before the snapshot leaves, so that whoever has seen the snapshot also
         # sees the registration (``Publisher.subscribers`` is read from other threads)
         peer = self._fanout.join(ident, header.get("credit"), header["id"],
-                                 epochs=header.get("credit_unit") == "epochs")
+                                 epochs=header.get("credit_unit") == "epochs", wire=version)
         if self._transmit(ident, frames) == SENT:
             if self._authz is not None:
                 self._authz.registered(ident)

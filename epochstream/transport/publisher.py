@@ -97,9 +97,10 @@ class Publisher:
         key-partitioned (each record must belong to this partition:
         :func:`~epochstream.partitioning.partition_of`, else ``send`` raises
         ``PartitioningError``; ``send_encoded`` payloads are not checked).
-    max_filter_classes:
-        the bound on distinct filter schedules this partition encodes for; a subscriber beyond
-        it is sent everything and filters itself (default 32).
+    max_filter_classes, wire_version:
+        the bound on distinct filter schedules this partition encodes for (a subscriber beyond
+        it is sent everything and filters itself; default 32); the newest data-message version
+        served (2; 1: every subscriber gets version 1 — docs/protocol.md §2.2).
     security:
         ``None`` (plain TCP) or ``Security.curve(server_secret=..., allow=...)``
         (docs/security.md): a CURVE server (its public key :attr:`server_key`, registered in the
@@ -127,11 +128,11 @@ class Publisher:
                  retention: Retention | None = None, context: zmq.Context | None = None,
                  advertise: str | None = None, key=None, max_filter_classes: int = 32,
                  upper: list | None = None, security: Security | None = None,
-                 partitioning: str | None = None, publisher_gate=None):
+                 partitioning: str | None = None, publisher_gate=None, wire_version: int = 2):
         self._check_options(topic, partition, partitions, order, codec, key, partitioning)
         self.heartbeat_interval = float(heartbeat_interval)
         self.coalesce_bytes = int(coalesce_bytes) if self.codec.name == "msgpack" else 0
-        self.max_filter_classes = int(max_filter_classes)
+        self.max_filter_classes, self.wire_version = int(max_filter_classes), int(wire_version)
         self.gate = publisher_gate  # a Relay: downstream filters travel upstream (internal)
         import uuid  # here: ~1.5 ms (uuid, platform) not paid by `import epochstream`
 

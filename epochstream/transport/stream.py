@@ -92,7 +92,8 @@ class EpochStream:
             events, read_at, idle = got
             if read_at is not None:
                 self._read_at = read_at
-            for m in events:
+            for i, m in enumerate(events):
+                events[i] = None  # a handed-out event holds its decoded records: not kept here
                 m = hand_out(m)
                 if m is not None:
                     yield m

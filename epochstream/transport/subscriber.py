@@ -41,6 +41,9 @@ from .topic_join import JoinSettings, TopicJoin, check_options
 
 __all__ = ["Subscriber", "pop_event"]
 
+#: sets a (frozen) DataMessage's ``data`` slot: used once per message, before it is handed out
+_set_data = DataMessage.data.__set__
+
 log = logging.getLogger("epochstream.transport")
 
 
@@ -95,6 +98,9 @@ class Subscriber:
       never completes the handshake: :class:`~epochstream.errors.PublisherLost` after
       ``timeout``.
 
+    - ``wire_version``: the newest data-message version to offer publishers (2, the default:
+      one frame per message; 1: ask every publisher for version 1) — docs/protocol.md §2.2.
+
     Iterate :meth:`epochs` for complete :class:`~epochstream.events.Epoch` objects, or
     :meth:`events` for delivered data (decoded) and merged frontier changes as they arrive.
     Failures are raised by the iterators after everything that arrived before them was handed
@@ -110,7 +116,8 @@ class Subscriber:
                  start: Any = "latest", durable: str | Durable | None = None,
                  takeover: bool = False, credit_unit: str = "messages",
                  context: zmq.Context | None = None, keys=None, columns=None, where=None,
-                 security: Security | None = None, record_filter: Filter | None = None):
+                 security: Security | None = None, record_filter: Filter | None = None,
+                 wire_version: int = 2):
         record_filter, flow, held = subscriber_values(record_filter, keys, columns, where,
                                                       credit, credit_unit, durable, takeover)
         self.security = check_options(security, endpoints)
@@ -148,7 +155,7 @@ class Subscriber:
         self._release = Release(order, self.codec, self._durable, self._fill)
         settings = JoinSettings(topic, order, n, self.id, self.timeout, self.recover,
                                 self.ping_interval, wait, rcvhwm, credit, credit_unit,
-                                self.security)
+                                self.security, wire_version)
         self._join = TopicJoin(settings, self._catalog, endpoints and list(endpoints),
                                context or default_context(), filters=self._filters,
                                fill=self._fill, durable=self._durable, release=self._release,
@@ -276,7 +283,10 @@ class Subscriber:
                 records = self._filters.recheck(m.time, records)
                 if records is None:
                     return None
-            return DataMessage(m.time, records, m.nbytes)
+            # one object per message: the join's DataMessage (nobody else holds it) gets its
+            # decoded records in place of the payload, instead of a second DataMessage
+            _set_data(m, records)
+            return m
         if kind is LowerFrontierUpdate:
             self._filters.handed(m)
         elif kind is Gap or kind is Rejoined:
@@ -332,7 +342,8 @@ class Subscriber:
         """The events of one poll's messages ``got``, each handed out (filtered, decoded) when
         it is consumed, in order; a history fill's messages read as they are consumed."""
         hand_out = self.hand_out
-        for m in got:
+        for i, m in enumerate(got):
+            got[i] = None  # handed-out events hold decoded records: the batch must not keep them
             m = hand_out(m)
             if m is None:
                 continue

@@ -46,8 +46,9 @@ __all__ = ["TopicJoin", "JoinSettings", "check_options", "FETCH_GRACE_S"]
 
 log = logging.getLogger("epochstream.transport")
 
-# message kinds that spend flow-control credit (the stream proper; not S, H or X)
-_CREDITED = frozenset((wire.DATA, wire.FRONTIER))
+# message kinds (frame 0's first two bytes) that spend flow-control credit (the stream proper;
+# not S, H or X)
+_CREDITED = frozenset((wire.DATA, wire.DATA2, wire.FRONTIER))
 
 #: seconds added to two heartbeat intervals before a fetch gives a silent partition up
 FETCH_GRACE_S = 0.5
@@ -75,6 +76,13 @@ class JoinSettings:
     credit: int | None = None
     credit_unit: str = "messages"
     security: Security | None = None
+    #: the newest data-message version to offer (docs/protocol.md §2.2): 2, or 1 to ask
+    #: every publisher for version 1
+    wire: int = 2
+
+    def __post_init__(self):
+        if type(self.wire) is not int or self.wire not in (1, 2):
+            raise ValueError(f"wire_version must be 1 or 2, got {self.wire!r}")
 
 
 class TopicJoin:
@@ -96,6 +104,8 @@ class TopicJoin:
         self._filters, self.fill, self._durable, self._release = filters, fill, durable, release
         self.stats, self.gaps = stats, gaps
         self._check = getattr(s.order, "check", None)
+        self.wire = s.wire
+        self._decode2 = _data_decoder(s.order)
         self.links = PartitionLinks(ctx, rcvhwm=s.rcvhwm, ping_interval=s.ping_interval,
                                     security=s.security, credit=s.credit)
         self.liveness = Liveness(s.timeout, s.ping_interval)
@@ -146,6 +156,8 @@ class TopicJoin:
                 hello["credit_unit"] = "epochs"
         if self._filters.program is not None:
             hello["filter"] = self._filters.program.to_wire()
+        if self.wire >= 2:  # (a publisher that does not know the field ignores it: version 1)
+            hello["wire"] = [v for v in wire.WIRE_VERSIONS if v <= self.wire]
         return hello
 
     def _joined_incarnation(self, partition: int) -> str | None:
@@ -236,11 +248,19 @@ class TopicJoin:
     def _handle(self, partition: int, frames: list) -> list:
         """Process one multipart message; return protocol outputs (data still encoded)."""
         self.stats["messages"] += 1
-        if self.credit is not None and (frames[0] == wire.FRONTIER if self.credit_unit == "epochs"
-                                        else frames[0] in _CREDITED):
+        kind = frames[0][:2]
+        if type(kind) is not bytes:  # a memoryview of a big frame (sockets.receive_from)
+            kind = bytes(kind)
+        if self.credit is not None and (kind == wire.FRONTIER if self.credit_unit == "epochs"
+                                        else kind in _CREDITED):
             self.links.spend_credit(partition)
+        if kind == wire.DATA2:  # one frame: one unpack_from, the payload a memoryview of it
+            t, payload = self._decode2(frames)
+            return self._data(partition, t, payload, None)
         if len(frames) == 3 and frames[0] == wire.DATA:
-            return self._data(partition, frames[1], frames[2])
+            raw = frames[1]  # the cache key: bytes (a big one arrives as a memoryview)
+            raw = raw if type(raw) is bytes else bytes(raw)
+            return self._data(partition, raw, frames[2], raw)
         msg = wire.decode(frames)
         if isinstance(msg, InitialFrontierSnapshot):
             meta = wire.decode_snapshot_meta(frames)
@@ -259,13 +279,14 @@ class TopicJoin:
             return self._notice(partition, msg)
         return []  # heartbeat: liveness only (never applied: it may overtake queued updates)
 
-    def _data(self, partition: int, raw: bytes, payload) -> list:
-        """Hot path: the filter verdict per raw header bytes is cached for this join (many
-        messages share an epoch); the payload is decoded only when handed out."""
+    def _data(self, partition: int, key, payload, raw: bytes | None) -> list:
+        """Hot path: the filter verdict is cached for this join per ``key`` (many messages
+        share an epoch) — the raw msgpack header ``raw`` of a v1 message, the time a v2 header
+        decoded to (``raw`` ``None``); the payload is decoded only when handed out."""
         protocol = self.protocol
-        hit = self._time_cache.get(raw)
+        hit = self._time_cache.get(key)
         if hit is None or hit[2] != protocol.version:
-            t = hit[0] if hit is not None else wire.decode_time(raw)
+            t = hit[0] if hit is not None else key if raw is None else wire.decode_time(raw)
             if hit is None:
                 if self._check is not None:
                     t = self._check(t)
@@ -273,7 +294,7 @@ class TopicJoin:
             ok = not protocol.ready or not protocol.filtering or protocol.passes(t)
             if len(self._time_cache) > 4096:
                 self._time_cache.clear()
-            hit = self._time_cache[raw] = (t, ok, protocol.version)
+            hit = self._time_cache[key] = (t, ok, protocol.version)
         t, ok, _ = hit
         if not protocol.ready:
             return protocol.receive(partition, DataMessage(t, payload, len(payload)))  # buffered
@@ -413,6 +434,17 @@ class TopicJoin:
         """Say goodbye to every live partition and close its link."""
         for partition in list(self.links.live()):
             self.retire(partition)
+
+
+def _data_decoder(order):
+    """The fast v2 data decoder for ``order``'s times (total: arity 0, ``product(n)``: n), or
+    the general one for any other order (the protocol checks the times either way)."""
+    if getattr(order, "name", None) == "total":
+        return wire.data_decoder(0)
+    width = getattr(order, "width", None)
+    if type(width) is int and 1 <= width <= wire.MAX_ARITY:
+        return wire.data_decoder(width)
+    return wire.decode_data2
 
 
 def _weak(method):

@@ -11,6 +11,8 @@ from epochstream.events import DataMessage
 from epochstream.order import product
 from epochstream.transport import Publisher, Subscriber
 
+# the conformance suite runs once per data-message version (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("wire_version")
 
 @pytest.fixture
 def two_partitions():
