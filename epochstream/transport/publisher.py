@@ -52,8 +52,7 @@ class Publisher:
     codec:
         payload codec name, ``"msgpack"`` or ``"arrow"`` (see :mod:`epochstream.wire`).
     endpoint:
-        where to bind, e.g. ``"tcp://127.0.0.1:*"`` (a free port) or ``"tcp://0.0.0.0:7000"``;
-        :attr:`endpoint` gives the bound address.
+        where to bind, ``"tcp://127.0.0.1:*"`` (a free port), ``"tcp://0.0.0.0:7000"``: see :attr:`endpoint`.
     advertise:
         the address registered in the catalog for subscribers (Kafka's
         ``advertised.listeners``): a host name or IP (the bound port kept) or a whole endpoint
