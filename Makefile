@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo demo-cluster test bench bench-quick bench-all install clean api typecheck
+.PHONY: demo demo-cluster test test-heavy bench bench-quick bench-all install clean api typecheck
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,13 @@ $(BROWSER):
 	else echo "make test needs Debian's chromium and chromium-driver (the dashboard's browser" \
 	  "test): sudo apt-get install chromium chromium-driver" >&2; exit 1; fi
 
+# the suite without the tests marked heavy (~12 minutes on 2 cores); `make test-heavy` runs those
+# (~3 minutes: Spark drivers killed and restarted, a standalone cluster); CI (.ci/run) runs both
 test: $(STAMP) $(BROWSER)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not heavy" $(PYTEST_ARGS)
+
+test-heavy: $(STAMP)
+	$(PY) -m pytest -q -m heavy $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"

@@ -318,7 +318,8 @@ _ALL_POINTS = pytest.mark.skipif(not THOROUGH, reason="every kill point: HYPOTHE
                  marks=_ALL_POINTS),
     pytest.param("pause", f"1:{KILL_AT}:data", 2, None, id="commit-data-published-p1",
                  marks=_ALL_POINTS),
-    pytest.param("fsync", str(KILL_AT), 2, KILL_AT, id="during-log-fsync"),
+    pytest.param("fsync", str(KILL_AT), 2, KILL_AT, id="during-log-fsync",
+                 marks=pytest.mark.heavy),  # (make test-heavy: ~25 s)
     pytest.param("indexed", str(KILL_AT), 2, KILL_AT + 1, id="logged-not-announced",
                  marks=_ALL_POINTS),
 ])

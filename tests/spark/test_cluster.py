@@ -28,7 +28,7 @@ from epochstream._demo.cluster import CatalogService  # noqa: E402
 from epochstream.spark import SparkPublisherHost  # noqa: E402
 from spark_support import Collector, check_whole  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.heavy]  # make test-heavy
 
 
 @pytest.fixture(scope="module")

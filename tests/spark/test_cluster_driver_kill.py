@@ -17,7 +17,7 @@ from epochstream._demo import flights  # noqa: E402
 from epochstream.spark import SparkPublisherHost  # noqa: E402
 from spark_support import Collector, check_whole  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.heavy]  # make test-heavy
 
 
 def test_driver_killed_and_restarted_on_the_cluster_with_a_postgresql_catalog(

@@ -19,7 +19,7 @@ from epochstream._demo import flights  # noqa: E402
 from epochstream.spark import SparkPublisherHost  # noqa: E402
 from spark_support import TOPIC, Collector, check_whole, wait_until  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.heavy]  # make test-heavy
 
 
 def _query(files, cat, ck, days_per_batch: int, **extra) -> dict:

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from epochstream._demo import flights  # noqa: E402
 from epochstream._demo.cluster import CatalogService  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.heavy]  # make test-heavy
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "flights_pipeline.py"
 DAYS = 5
