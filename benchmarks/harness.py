@@ -5,8 +5,12 @@ One run = one publisher process per partition and ``subscribers`` subscriber pro
 
 - ``epochstream`` — :class:`~epochstream.Publisher` ``send_encoded`` + ``advance_to(e + 1)`` per
   epoch; :class:`~epochstream.Subscriber` with the ``epochs`` or ``events`` API;
-- ``zmq`` — raw pyzmq PUB/SUB, the same frames (``[b"D\\x01", msgpack time, payload]``) and an
-  end-of-epoch marker ``[b"F\\x01", msgpack time]`` per partition, no protocol;
+- ``zmq`` — raw pyzmq PUB/SUB in epochstream's data-message layout version 2 (since issue 28;
+  before, version 1's three frames): one frame ``b"D\\x02" + arity 0 + flags 0 + int64 time +
+  payload`` (``send``/``recv_multipart`` copying, as pyzmq recommends for small messages), or for
+  payloads of :data:`_SPLIT` bytes or more a header frame and the payload sent and received
+  without copying (pyzmq's advice for big ones) — what epochstream sends; an end-of-epoch
+  marker ``[b"F\\x01", msgpack time]`` per partition, no protocol;
 - ``redis`` — Redis pub/sub (redis-py + hiredis, pipelined publish; the subscriber reads with
   ``pubsub.listen()``), one binary message per batch: ``kind (1 byte) + time (8 bytes LE) +
   payload``;
@@ -47,11 +51,12 @@ from . import payloads
 
 SYSTEMS = ("epochstream", "zmq", "redis", "nats")
 
-_D = b"D\x01"
 _F = b"F\x01"
 _E = b"E\x01"
 _P = b"P\x01"
 _BLOB = struct.Struct("<q")  # time in the single-blob framing
+_ZHEAD = struct.Struct("<2sBBq")  # the raw pyzmq peer's data header (epochstream's v2 layout)
+_SPLIT = 16384  # payloads of this many bytes or more: header frame + payload frame, no copy
 
 
 def wait_report(q, procs, timeout: float, want: str | None):
@@ -264,7 +269,7 @@ def _pub_zmq(cfg, partition, q, start, consumed, epochs_done, t_last_send, stopp
     flow = _Flow(consumed, cfg["partitions"], cfg["window"])
     check_every = cfg["check_every"]
     deadline = time.monotonic() + cfg["time_limit"]
-    send = sock.send_multipart
+    send, send1 = sock.send_multipart, sock.send
     n_epochs = cfg["epochs"]
     sent = 0
     gc0 = gc_counts()
@@ -274,10 +279,14 @@ def _pub_zmq(cfg, partition, q, start, consumed, epochs_done, t_last_send, stopp
         if not latency and j % check_every == 0:
             flow.wait(sent)
         if j == 0:
-            header = packb(e)
+            header, head2 = packb(e), _ZHEAD.pack(b"D\x02", 0, 0, e)
         if last and latency:
             t_last_send[partition * n_epochs + e] = time.monotonic()
-        send([_D, header, bodies[j % nb]], copy=False)
+        body = bodies[j % nb]
+        if len(body) < _SPLIT:
+            send1(head2 + body)
+        else:
+            send([head2, body], copy=False)
         sent += per_message
         if last:
             send([_F, header])
@@ -538,20 +547,23 @@ def _sub_zmq(cfg, idx, endpoints, q, consumed, epochs_done):
     marks = {}
     release = tally.release
     n = msgs = ends = 0
+    big = max(len(b) for b in payloads.encoded(cfg["kind"], cfg["per_message"])) >= _SPLIT
     recv = sock.recv_multipart
+    head = _ZHEAD.unpack_from
+    size = _ZHEAD.size
     while ends < parts:
-        frames = recv()
-        k = frames[0]
-        if k == _D:
+        frames = recv(copy=not big)
+        k = frames[0] if not big else frames[0].bytes
+        if k[:2] == b"D\x02":
             if msgs == 0:
                 tally.t_first = mono()
-            unpack(frames[1])
-            d = decode(frames[2])
+            head(k)
+            d = decode(k[size:] if len(frames) == 1 else frames[1].buffer)
             n += d.num_rows if arrow else len(d)
             msgs += 1
             consumed[idx] = n
         elif k == _F:
-            e = unpack(frames[1])
+            e = unpack(frames[1].bytes if big else frames[1])
             marks[e] = m = marks.get(e, 0) + 1
             if m == parts:
                 release[e] = mono()

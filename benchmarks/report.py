@@ -99,25 +99,24 @@ def _budget_measured(results_by_name: dict) -> list[str]:
 PROFILE_HOWTO = """\
 ## What still limits the missed targets
 
-At 1 record per message the subscriber is the saturated side, and its cost is spread over the
-Python path of every message rather than one hot spot: `results/profile_subscriber_1dict.txt`
-(cProfile, 100,000 one-dict messages, one publisher process, `events()` touching every record)
-shows, per message, the receive of three frames (`sockets.receive`: three `recv` calls and three
-`RCVMORE` reads, each read still building an `enum` value inside pyzmq) ≈ 37 % of the time, the
-subscriber's per-message Python (`_read`, `_handle`, `_data`, `_queue`, `_outputs`,
-`protocol.deliver` with its frontier check) ≈ 45 %, and decoding the record ≈ 6 %. A raw pyzmq
-subscriber pays only the receive and the decode, hence the gap to raw pyzmq with equal batching
-and the wide spread of that ratio (targets table). What would close it: fewer Python calls per message (handing out data without building
-two `DataMessage` objects, one per layer) and fewer frames per message (the time header and
-payload in one frame would change the wire format). At 1000 tuples per message the subscriber
-is decode-bound (see the decode-only ceiling) and the remaining gap is garbage collection of the
-decoded arrays. For Arrow at 38 KB the subscriber is saturated too:
-`results/profile_subscriber_arrow.txt` (`python -m benchmarks.profile_arrow`: cProfile of the
-subscriber's `events()`, the publisher in its own process) shows the subscriber at 95 % of one
-core, with the receive of the three frames (copying the 38 KB payload out of libzmq, and the
-`RCVMORE` reads, whose enum conversion inside pyzmq alone is ~5 %) ≈ 29 % of its time, the
-Arrow decode ≈ 16 % and the subscriber's per-message Python (`_handle`, `_data`, `_hand_out`,
-credit, `protocol.deliver`) most of the rest; pyzmq's 3-frame limit has none of the latter.
+At 1 record per message, against a raw pyzmq peer that sends the same one-frame layout as
+epochstream's wire version 2 and copies small frames as pyzmq recommends (since 2026-11-27;
+before, the raw peer sent version 1's three frames with zero-copy sends of tiny frames, ~5 µs
+per message on its publisher, and the ratios were 0.86× and above), epochstream delivers about
+half the records/s: the peers table gives the CPU per record of each side. Raw pyzmq's
+publisher makes one libzmq send per message (~1 µs); epochstream's hands each `send` to its
+loop thread, checks it against the protocol (capabilities, epochs), and sends it through the
+ROUTER to each subscriber as an identity frame plus the data frame (~3.8 µs). Its subscriber pays
+the protocol's per-message Python (frontier check, epoch assembly, hand-out) on top of the
+receive and decode (~3.8 µs against ~2.2 µs). Wire v2 removed what the frames cost (two fewer
+`recv` calls, one object per message: results/optimizations.json, subscriber CPU 0.68× of
+version 1 at 1 dict per message); what is left is the protocol itself and the thread hand-off,
+and at 1 record per message only batching amortises it — which coalescing (the default) does.
+The cProfiles named below (`results/profile_subscriber_1dict.txt`,
+`results/profile_subscriber_arrow.txt`) predate wire v2: their frame receive shares (37 %,
+29 %) are what version 2 took away. At 1000 tuples per message the subscriber is decode-bound
+(see the decode-only ceiling) and the remaining gap is garbage collection of the decoded
+arrays.
 
 The same per-message cost explains the other misses at 1 record per message:
 
@@ -126,15 +125,14 @@ The same per-message cost explains the other misses at 1 record per message:
   the rest (receive, header check, the subscriber's per-message Python) is paid for every
   message, dropped or not, while `decode_all` is a bare loop that decodes and counts. From 100
   records per message on, decoding dominates and the filter meets or nearly meets its 1.6×.
-- **NATS at equal batching** (0.83× at 1 dict, 1.04× at 1000 tuples in the run shown above): the peers table shows
-  where. At 1 dict per message NATS's publisher costs 2.18 s CPU per M records against
-  epochstream's 5.27 (nats-py appends each publish to a buffer that one flusher writes to the
-  socket, so a message is not a system call; pyzmq's send is a libzmq call per frame), and its
-  subscriber 5.41 against 6.91 (nats-py parses many messages from one read; epochstream pays a
-  libzmq receive per frame plus the protocol's per-message Python, like raw pyzmq's 5.49 plus
-  the protocol). On 2 cores both processes compete, so the cheaper publisher also leaves more
-  CPU to the subscriber. With coalescing on (the default), epochstream is 1.46× (1.33–1.50)
-  NATS at 1 dict per send.
+- **NATS at equal batching** (0.96× (0.93–0.97) at 1 dict and 1.20× (1.05–1.23) at 1000 tuples
+  in the run of 2026-11-27, wire version 2, a quiet machine; 0.83× and 1.04× before version 2):
+  at 1 dict per message NATS's publisher costs 1.71 s CPU per M records against epochstream's
+  3.76 (nats-py appends each publish to a buffer that one flusher writes to the socket, so a
+  message is not a system call; epochstream's loop sends each message through the ROUTER), and
+  its subscriber 3.87 against 3.79 — the subscribers are now even. On 2 cores both processes
+  compete, so the cheaper publisher also leaves more CPU to the subscriber. With coalescing on
+  (the default), epochstream is 1.35× (1.20–1.48) NATS at 1 dict per send (the peers table).
 
 ## How to profile
 
@@ -341,9 +339,14 @@ def _peers_section(peers) -> list[str]:
            "`epochstream` = `Publisher(coalesce_bytes=0)`: one payload per wire message, like every "
            "peer (**equal batching**). `epochstream+coalesce` = the default Publisher, which merges "
            "queued same-epoch msgpack payloads into one wire message: **different batching**, shown "
-           "for what it buys, never scored against the peers. Raw pyzmq = the same three frames "
-           "without the protocol: a baseline with equal framing, batching and decoding, not a limit "
-           "of the transport. Redis: redis-py " + ("with hiredis" if any(r.get("hiredis") for r in peers["rows"])
+           "for what it buys, never scored against the peers. Raw pyzmq = epochstream's data-message "
+           "layout (wire version 2: one frame, a 12-byte struct header and the payload; a header "
+           "frame and the payload from 16 KiB on) without the protocol, sent and received as pyzmq "
+           "recommends (copying small frames, zero-copy for big ones): a baseline with equal "
+           "framing, batching and decoding, not a limit of the transport. (Runs before 2026-11-27 "
+           "used a raw peer sending version 1's three frames with zero-copy sends even of tiny "
+           "frames, ~5 µs per message on its publisher: their ratios at 1 record per message are "
+           "against that slower peer.) Redis: redis-py " + ("with hiredis" if any(r.get("hiredis") for r in peers["rows"])
                                                 else "(hiredis not loaded)") +
            ", pipelined publish, `pubsub.listen()`; NATS: nats-py, async subscription callback. "
            "Servers: " + "; ".join(f"{k}: {v}" for k, v in peers.get("servers", {}).items()) + ".\n"]
