@@ -87,7 +87,7 @@ def test_operations_ride_out_server_crashes(pg):
             counts["ack"] = k
 
     def group():  # a worker's fetch (claim) and ack (settle) of epoch k, then k + 1, ...
-        from epochstream.leases import WHOLE, Plan, plan
+        from epochstream.leases import WHOLE, plan
 
         k = 0
         while not stop.is_set():

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from epochstream.order import TOTAL, product
-from epochstream.protocol import (DataMessage, EpochAssembler, InitialFrontierSnapshot,
-                                  LowerFrontierUpdate, PublisherProtocol, SubscriberProtocol)
+from epochstream.protocol import (DataMessage, EpochAssembler, LowerFrontierUpdate, PublisherProtocol, SubscriberProtocol)
 from epochstream.testing import (AtomicityChecker, apply_event, assert_epoch_atomic,
                                  event_streams, oracle, replay)
 

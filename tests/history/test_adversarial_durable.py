@@ -1088,7 +1088,7 @@ def test_tail_durable_killed_mid_output_prints_every_acked_epoch_whole(tmp_path)
     rnd = random.Random(5)
     everything = list(range(1500))
     acked: set = set()
-    with peers() as made:
+    with peers():
         pub = Publisher("t", catalog=cat, retention=Retention(), heartbeat_interval=0.2)
         try:
             publish_total(pub, everything)

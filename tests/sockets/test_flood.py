@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -26,7 +25,6 @@ import zmq.auth
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from epochstream import Catalog, Subscriber
-from epochstream.errors import PublisherLost
 from epochstream.security import Security
 from epochstream.transport.quota import DEFAULT_BURST
 

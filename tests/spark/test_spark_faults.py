@@ -85,7 +85,6 @@ def test_task_worker_killed_mid_write(quiet_spark, tmp_path, victim):
     # nested: cloudpickle ships a local function by value (workers cannot import test modules)
     def _inject(batches, victim=victim, marker=str(marker), held=str(held), release=str(release)):
         import os
-        import signal
         import time
 
         from pyspark import TaskContext
