@@ -104,15 +104,6 @@ def _writer(catalog, logdir, q, cmd):
         q.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 
 
-def _get(q, kind, timeout):
-    msg = q.get(timeout=timeout)
-    if msg[0] == "error":
-        raise RuntimeError(msg[1])
-    if msg[0] != kind:
-        raise RuntimeError(f"expected {kind}, got {msg[0]}")
-    return msg[1]
-
-
 def first_epoch(catalog, start) -> dict:
     from epochstream import Subscriber
     t0 = time.monotonic()
@@ -168,10 +159,10 @@ def run(quick: bool = False, log=print, sizes=None, replay_s=None) -> dict:
     proc.start()
     rows, error = [], None
     try:
-        _get(q, "ready", 120)
+        curves.expect(q, "ready", 120)
         for size in p["sizes_bytes"]:
             cmd.put(size)
-            at = _get(q, "at", 3600)
+            at = curves.expect(q, "at", 3600)
             bytes_per_epoch = at["bytes"] / at["epochs"]
             row = {"target_bytes": size, "log_bytes": at["bytes"], "epochs": at["epochs"],
                    "write_s": at["write_s"], "write_MB_per_s": (at["epochs_written"] * bytes_per_epoch) / at["write_s"] / 1e6,

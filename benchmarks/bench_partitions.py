@@ -91,15 +91,6 @@ def poll_cost(counts, seconds: float = 0.3) -> list[dict]:
     return out
 
 
-def _get(q, kind, timeout):
-    msg = q.get(timeout=timeout)
-    if msg[0] == "error":
-        raise RuntimeError(msg[1])
-    if msg[0] != kind:
-        raise RuntimeError(f"expected {kind}, got {msg[0]}")
-    return msg[1]
-
-
 def partitions_run(parts: int, seconds: float) -> dict:
     from epochstream import Subscriber
     ctx = mp.get_context("spawn")
@@ -111,7 +102,7 @@ def partitions_run(parts: int, seconds: float) -> dict:
            "loadavg_before": curves.loadavg()}
     records = epochs = 0
     try:
-        endpoints = _get(q, "endpoints", 120)
+        endpoints = curves.expect(q, "endpoints", 120)
         sub = Subscriber(topic, endpoints=endpoints, codec="msgpack", rcvhwm=100_000, credit=CREDIT,
                          timeout=60)
         if not sub.wait_ready(60):
@@ -122,7 +113,7 @@ def partitions_run(parts: int, seconds: float) -> dict:
             if hasattr(ep, "records"):
                 records += len(ep.records)
                 epochs += 1
-        res = _get(q, "published", 120)
+        res = curves.expect(q, "published", 120)
         dt, cpu = time.monotonic() - t0, time.process_time() - cpu0
         sub.close()
         ok = records == res["records"]

@@ -92,6 +92,18 @@ def proc_status() -> dict:
             "rss_kib": int(d["VmRSS"].split()[0]), "cpu_s": time.process_time()}
 
 
+def expect(q, kind: str, timeout: float):
+    """The payload of the next ``(kind, payload)`` message on the queue ``q`` of a case's child
+    processes, waiting at most ``timeout`` seconds (``queue.Empty`` beyond); a child's
+    ``("error", text)``, or any other kind, raises ``RuntimeError``."""
+    msg = q.get(timeout=timeout)
+    if msg[0] == "error":
+        raise RuntimeError(msg[1])
+    if msg[0] != kind:
+        raise RuntimeError(f"expected {kind}, got {msg[0]}")
+    return msg[1]
+
+
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
