@@ -32,10 +32,12 @@ from typing import Any, Iterable
 
 from .assembler import EpochAssembler  # re-exported: it lived here
 from .errors import ProtocolError
-from .events import (DataMessage, Epoch, InitialFrontierSnapshot,  # noqa: F401 (re-exported)
+from .events import (DataMessage, data_message, Epoch, InitialFrontierSnapshot,  # noqa: F401 (re-exported)
                      LowerFrontierUpdate)
 from .frontier import Antichain, MutableAntichain, join
 from .order import dual
+
+_UNSET = object()  # PublisherProtocol's caches before their first use
 
 __all__ = ["PublisherProtocol", "SubscriberProtocol", "EpochAssembler"]
 
@@ -63,7 +65,8 @@ class PublisherProtocol:
     order; the pure protocol defaults to that lenient behaviour (``strict=False``).
     """
 
-    __slots__ = ("order", "_lower", "_upper", "_check", "strict")
+    __slots__ = ("order", "_lower", "_upper", "_check", "strict", "_valid_in", "_valid",
+                 "_accepted")
 
     def __init__(self, order, *, start=None, upper=(), strict: bool = False, lower=None):
         self.order = order
@@ -78,6 +81,12 @@ class PublisherProtocol:
         self._lower = MutableAntichain(order, [(t, 1) for t in lower.elements])
         self._upper = Antichain(dual(order), upper)
         self.strict = strict
+        # The hot path (many sends at one time between frontier moves): the last time given to
+        # check_data that passed (an int or a tuple of ints, never a mutable list) and what it
+        # normalised to; forgotten whenever the lower frontier moves. And the last time
+        # inserted into the upper frontier: inserting it again changes nothing (an antichain of
+        # maxima only grows, so a time once dominated stays dominated).
+        self._valid_in = self._valid = self._accepted = _UNSET
 
     @property
     def lower(self) -> tuple:
@@ -126,6 +135,7 @@ class PublisherProtocol:
             checked.append((t, delta))
         if self.strict:
             self._check_strict(checked)
+        self._valid_in = _UNSET
         changes = self._lower.update_iter(checked)
         return LowerFrontierUpdate(tuple(changes)) if changes else None
 
@@ -165,18 +175,26 @@ class PublisherProtocol:
             return None
         updates = [(c, -n) for c, n in held.items()]
         updates.append((time, 1))
+        self._valid_in = _UNSET
         changes = self._lower.update_iter(updates)
         return LowerFrontierUpdate(tuple(changes)) if changes else None
 
     def check_data(self, time):
         """Validate a data time without changing state: return it normalised, or raise
         :class:`ProtocolError` when no lower-frontier element is ``<= time``."""
+        last = self._valid_in
+        if time is last or (type(time) is int and type(last) is int and time == last):
+            return self._valid  # the time checked last, the lower frontier unchanged since
+        given = time
         if self._check is not None:
             time = self._check(time)
         if not self._lower.less_equal(time):
             raise ProtocolError(
                 f"data at time {time!r} is behind the lower frontier {list(self._lower.frontier)!r}: "
                 "no capability held at or before it")
+        if self._check is not None and (type(given) is int or type(given) is tuple):
+            # checked (so a tuple holds only ints): immutable, safe to recognise again
+            self._valid_in, self._valid = given, time
         return time
 
     def data(self, time, data) -> DataMessage:
@@ -189,7 +207,9 @@ class PublisherProtocol:
         """:meth:`data` without building the message: validate ``time``, update the upper
         frontier, return the normalised time."""
         time = self.check_data(time)
-        self._upper.insert(time)
+        if time is not self._accepted:
+            self._upper.insert(time)
+            self._accepted = time
         return time
 
     def extends_upper(self, time) -> bool:
@@ -206,6 +226,7 @@ class PublisherProtocol:
         """Release every capability (the partition will send no more data): returns the update
         that empties the lower frontier, or ``None`` if it was already empty."""
         counts = self._lower.counts()
+        self._valid_in = _UNSET
         changes = self._lower.update_iter([(t, -c) for t, c in counts.items()])
         return LowerFrontierUpdate(tuple(changes)) if changes else None
 
@@ -308,7 +329,7 @@ class SubscriberProtocol:
         if not self._lower.less_equal(time):
             raise ProtocolError(
                 f"data at time {time!r} is behind the merged lower frontier {list(self.lower)!r}")
-        return [DataMessage(time, data, nbytes)]
+        return [data_message(time, data, nbytes)]
 
     def advance_as_of(self, as_of) -> None:
         """Also drop data not at or beyond ``as_of`` (times, an antichain; joined with the

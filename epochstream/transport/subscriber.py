@@ -25,7 +25,7 @@ import zmq
 from .. import wire
 from ..zmq_context import default_context
 from ..catalog import Catalog, TopicInfo
-from ..events import DataMessage, Epoch, FetchResult, Gap, LowerFrontierUpdate
+from ..events import Epoch, FetchResult, Gap
 from ..filters import Filter
 from ..order import TOTAL, by_name
 from ..position import resolve_position
@@ -33,16 +33,15 @@ from ..options import Credit, Durable, subscriber_values
 from ..security import Security
 from .durable import DurableCursor
 from .filtering import FilterSession
-from .fill import HistoryBatch, HistoryFill, Rejoined
+from .fill import HistoryFill
+from .handout import HandOut
 from .discovery import await_live, resolve_catalog
 from .release import Release
-from .stream import EpochStream, check_fetch, pop_event
+from .stream import _GENERATOR, EpochStream, check_fetch, pop_event
 from .topic_join import JoinSettings, TopicJoin, check_options
 
 __all__ = ["Subscriber", "pop_event"]
 
-#: sets a (frozen) DataMessage's ``data`` slot: used once per message, before it is handed out
-_set_data = DataMessage.data.__set__
 
 log = logging.getLogger("epochstream.transport")
 
@@ -153,6 +152,7 @@ class Subscriber:
                                  self.stats, timeout=self.timeout, security=self.security,
                                  durable=self._durable)
         self._release = Release(order, self.codec, self._durable, self._fill)
+        self._hand_out = HandOut(self.codec, self._filters, self._durable, self._fill)
         settings = JoinSettings(topic, order, n, self.id, self.timeout, self.recover,
                                 self.ping_interval, wait, rcvhwm, credit, credit_unit,
                                 self.security, wire_version)
@@ -273,25 +273,8 @@ class Subscriber:
     def hand_out(self, m):
         """An event of :meth:`poll_encoded` as it is handed out: data decoded and re-checked
         against the record filter (``None``: nothing of it matches); the filter schedule
-        pruned as the frontier moves."""
-        kind = type(m)
-        if kind is DataMessage:
-            if self._durable is not None and self._durable.skips(m.time):
-                return None  # acked in an earlier session of this durable subscription
-            records = self.codec.decode(m.data)
-            if self._filters.program is not None:
-                records = self._filters.recheck(m.time, records)
-                if records is None:
-                    return None
-            # one object per message: the join's DataMessage (nobody else holds it) gets its
-            # decoded records in place of the payload, instead of a second DataMessage
-            _set_data(m, records)
-            return m
-        if kind is LowerFrontierUpdate:
-            self._filters.handed(m)
-        elif kind is Gap or kind is Rejoined:
-            self._filters.restarted()
-        return m
+        pruned as the frontier moves (:class:`~epochstream.transport.handout.HandOut`)."""
+        return self._hand_out(m)
 
     def events(self, timeout: float | None = None) -> Iterator:
         """Yield, as they arrive, :class:`~epochstream.events.DataMessage` (decoded records in
@@ -306,17 +289,22 @@ class Subscriber:
         pending = self._events_pending
         last = _time.monotonic()
         while True:
-            item = pop_event(pending)
-            if item is None:
-                got = self.step_events(0.1)
-                if got is None:
-                    return
-                if not got and timeout is not None and _time.monotonic() - last > timeout:
-                    raise TimeoutError(f"no message for {timeout} s from topic {self.topic!r}")
-                pending.extend(got)
+            if pending:  # what a step returned: iterators of events (kept if the caller breaks)
+                item = pending[0]
+                if type(item) is _GENERATOR:
+                    for event in item:  # a break leaves the rest in the iterator, in pending
+                        yield event
+                    pending.popleft()
+                else:
+                    yield pending.popleft()
+                last = _time.monotonic()  # the timeout counts from the last event taken
                 continue
-            last = _time.monotonic()
-            yield item
+            got = self.step_events(0.1)
+            if got is None:
+                return
+            if not got and timeout is not None and _time.monotonic() - last > timeout:
+                raise TimeoutError(f"no message for {timeout} s from topic {self.topic!r}")
+            pending.extend(got)
 
     def step_events(self, timeout: float = 0.0) -> list | None:
         """One non-blocking step of :meth:`events` (what ``aio`` drives): wait at most
@@ -336,25 +324,7 @@ class Subscriber:
         # handed out (decoded) one at a time as they are consumed, never a whole poll's batch
         # at once: 256 messages of 1000 records decoded together kept ~256,000 objects alive
         # and made the garbage collector run ~1,000 times more (half the records/s, measured)
-        return [self._handed_out(got)]
-
-    def _handed_out(self, got: list) -> Iterator:
-        """The events of one poll's messages ``got``, each handed out (filtered, decoded) when
-        it is consumed, in order; a history fill's messages read as they are consumed."""
-        hand_out = self.hand_out
-        for i, m in enumerate(got):
-            got[i] = None  # handed-out events hold decoded records: the batch must not keep them
-            m = hand_out(m)
-            if m is None:
-                continue
-            kind = type(m)
-            if kind is HistoryBatch:
-                yield from self._fill.messages(m)
-            elif kind is Rejoined:
-                if m.withdraw is not None:
-                    yield m.withdraw
-            else:
-                yield m
+        return [self._hand_out.batch(got)]
 
     @property
     def sockets(self) -> tuple:

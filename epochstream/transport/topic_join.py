@@ -232,10 +232,11 @@ class TopicJoin:
         fill running: the epochs it completes, ahead of each frontier change)."""
         if self.fill.join is not None and self.protocol.ready:
             outputs = self.fill.insert(outputs, self.protocol.lower)
+        stats = self.stats
         for m in outputs:
             if type(m) is DataMessage:
-                self.stats["delivered"] += 1
-                self.stats["bytes"] += m.nbytes
+                stats["delivered"] += 1
+                stats["bytes"] += m.nbytes
         self.parked.extend(outputs)
 
     def retire(self, partition: int, *, finished: bool = False) -> None:
@@ -371,6 +372,7 @@ class TopicJoin:
         events = links.poll(None if timeout_s is None else max(0, int(timeout_s * 1000)))
         now = _time.monotonic()
         protocol = self.protocol
+        handle, queue, heard, live = self._handle, self._queue, liveness.heard, links.by_partition
         for s, _ in events:
             partition = links.partition_of.get(s)
             if partition is None:
@@ -381,9 +383,11 @@ class TopicJoin:
                     frames = receive()
                 except zmq.Again:
                     break
-                liveness.heard(partition, now)
-                self._queue(self._handle(partition, frames))
-                if self.protocol is not protocol or partition not in links.by_partition:
+                heard(partition, now)
+                out = handle(partition, frames)
+                if out:
+                    queue(out)
+                if self.protocol is not protocol or partition not in live:
                     break  # re-joined (sockets replaced) or this partition finished
             if self.protocol is not protocol:
                 break
