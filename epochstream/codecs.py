@@ -163,6 +163,9 @@ class ArrowCodec:
         # schema message bytes -> parsed schema: every payload repeats its schema, and parsing
         # it is most of a small batch's decoding cost (~6 of ~8 µs); the wire is unchanged
         self._schemas: dict[bytes, Any] = {}
+        # schema message bytes -> whether a stream of one batch is exactly those bytes, the
+        # batch's message and the end marker (see encode)
+        self._plain: dict[bytes, bool] = {}
 
     def encode(self, records) -> bytes:
         pa = self._pa
@@ -186,10 +189,23 @@ class ArrowCodec:
                 records = pa.RecordBatch.from_pylist(rows)
             except (pa.ArrowException, TypeError, ValueError, AttributeError, KeyError) as exc:
                 raise WireError(f"arrow codec cannot encode records: {exc}") from None
+        # The stream is [schema message, record batch message, end marker]: built from the
+        # two serialised messages (3.0-4.5 against 7.3 µs for 1000 rows, measured: the
+        # stream writer's set-up is most of it) once the writer was seen to give the same bytes
+        # for this schema; a schema with dictionaries (a dictionary batch in between) never does.
+        head = records.schema.serialize().to_pybytes()
+        plain = self._plain.get(head)
+        if plain:
+            return b"".join((head, records.serialize(), _EOS))
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, records.schema) as writer:
             writer.write_batch(records)
-        return sink.getvalue().to_pybytes()
+        out = sink.getvalue().to_pybytes()
+        if plain is None:
+            if len(self._plain) >= 64:
+                self._plain.clear()
+            self._plain[head] = out == b"".join((head, records.serialize(), _EOS))
+        return out
 
     def decode(self, payload):
         """The payload's RecordBatch. Fast path: a stream of exactly [schema, record batch, end
