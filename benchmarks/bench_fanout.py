@@ -29,37 +29,49 @@ def plan(quick: bool):
     return (1, 4, 16, 64), paired.repeats(False)  # 5: the rules' paired repeats
 
 
+def _variant(label: str) -> tuple[str, int]:
+    """``"16"`` -> ``("epochstream", 16)``; ``"zmq:16"`` -> the raw pyzmq peer (harness: a PUB
+    socket, the same 38 KB frames, no protocol), the floor of what fanning out costs here."""
+    system, _, n = label.rpartition(":")
+    return system or "epochstream", int(n)
+
+
 def run(quick: bool = False, log=print) -> dict:
     counts, n_rep = plan(quick)
     seconds = paired.seconds(quick)
     t0 = time.monotonic()
 
     def one(label, rep):
-        n = int(label)
-        r = harness.run("epochstream", kind=KIND, per_message=PER_MESSAGE, subscribers=n,
+        system, n = _variant(label)
+        r = harness.run(system, kind=KIND, per_message=PER_MESSAGE, subscribers=n,
                         api="events", duration=seconds, time_limit=120 + 3 * seconds)
         if r["ok"]:
             msgs = r["expected_records"] / PER_MESSAGE
             r["pub_cpu_us_per_message"] = sum(r["pub_cpu_s"]) / msgs * 1e6
             r["pub_cpu_us_per_message_per_sub"] = r["pub_cpu_us_per_message"] / n
-            log(f"  fanout subs={n:2d} #{rep}: {r['records_per_s'] / 1e6:6.2f}M rec/s per sub, "
+            log(f"  fanout {system} subs={n:2d} #{rep}: {r['records_per_s'] / 1e6:6.2f}M rec/s per sub, "
                 f"{r['records_per_s_total'] / 1e6:6.2f}M total, pub {r['pub_cpu_us_per_message']:.0f} µs/msg "
                 f"({r['pub_cpu_us_per_message_per_sub']:.1f} µs/msg/sub), {r['seconds']:.1f} s")
         else:
-            log(f"  fanout subs={n:2d} #{rep}: FAILED {r.get('error')}")
+            log(f"  fanout {system} subs={n:2d} #{rep}: FAILED {r.get('error')}")
         return r
 
-    rows = paired.interleave([str(n) for n in counts], n_rep, one, log=log)
+    labels = [str(n) for n in counts] + [f"zmq:{n}" for n in counts]
+    rows = paired.interleave(labels, n_rep, one, log=log)
     summary = []
-    for n in counts:
-        sel = [r for r in rows if r["variant"] == str(n) and r["ok"]]
+    for label in labels:
+        system, n = _variant(label)
+        base_label = "1" if system == "epochstream" else "zmq:1"
+        sel = [r for r in rows if r["variant"] == label and r["ok"]]
         added = []
         for r in sel:
-            base = next((b for b in rows if b["variant"] == "1" and b["repeat"] == r["repeat"] and b["ok"]), None)
+            base = next((b for b in rows if b["variant"] == base_label and b["repeat"] == r["repeat"]
+                         and b["ok"]), None)
             if base is not None and n > 1:
                 added.append((r["pub_cpu_us_per_message"] - base["pub_cpu_us_per_message"]) / (n - 1))
         summary.append({
-            "subscribers": n, "runs": len([r for r in rows if r["variant"] == str(n)]), "ok_runs": len(sel),
+            "system": system, "subscribers": n,
+            "runs": len([r for r in rows if r["variant"] == label]), "ok_runs": len(sel),
             "records_per_s_per_sub": paired.summary([r["records_per_s"] for r in sel]),
             "records_per_s_total": paired.summary([r["records_per_s_total"] for r in sel]),
             "pub_cpu_us_per_message": paired.summary([r["pub_cpu_us_per_message"] for r in sel]),

@@ -1,11 +1,13 @@
 """Case ``filter``: the subscriber-side filter path, in process, on pre-built frames.
 
 A subscriber that joins a running stream drops data at times ``<=`` some element of its filter
-(the publishers' upper frontiers at subscription). Because the time travels in its own frame, it
-can drop a message after decoding only the small header. This case measures, per message of
-pre-built ``[kind, header, payload]`` frames (no sockets):
+(the publishers' upper frontiers at subscription). Because the time travels in a header ahead
+of the payload, it can drop a message after decoding only the header. This case measures, per
+data message pre-built as a subscriber receives it (wire version 2, the default: one frame, a
+struct header; runs before 2026-11-27 used version 1's ``[b"D", msgpack time, payload]``; no
+sockets):
 
-- ``header_drop`` — ``wire.decode_time(header)`` + ``SubscriberProtocol.passes(t)`` + payload
+- ``header_drop`` — the header decoded (``wire.data_decoder``) + ``SubscriberProtocol.passes(t)`` + payload
   decode only for passing messages (the path the protocol allows);
 - ``transport`` — a user's loop over the actual :class:`epochstream.Subscriber`:
   ``for item in sub.events(): ...`` touching every delivered record, with the socket read
@@ -59,16 +61,31 @@ def _times(order_name: str, k: int, n_epochs: int, pass_rate: float) -> list:
     return out
 
 
-def _frames(order_name, k, per_message, pass_rate, n_messages, kind="dicts"):
+def _frames(order_name, k, per_message, pass_rate, n_messages, kind="dicts", wire_version=2):
+    """Data messages as a subscriber receives them: wire version 2 (the default since issue 28:
+    one frame, a struct header; a header frame and the payload from 16 KiB) or version 1
+    (``[b"D", msgpack time, payload]``)."""
     times = _times(order_name, k, EPOCHS, pass_rate)
     bodies = payloads.encoded(kind, per_message)
     per_epoch = max(1, n_messages // EPOCHS)
     frames = []
     for i in range(per_epoch * EPOCHS):
         t = times[i // per_epoch]
+        body = bodies[i % len(bodies)]
+        if wire_version == 2:
+            frames.append(wire.encode_data2(wire.data_header2(t), body))
+            continue
         header = bytes(bytearray(wire.encode_time(list(t) if isinstance(t, tuple) else t)))
-        frames.append([wire.DATA, header, bodies[i % len(bodies)]])
+        frames.append([wire.DATA, header, body])
     return frames
+
+
+def _time_decoder(order_name: str, wire_version: int):
+    """``frames -> (time, payload)`` for one data message of ``_frames``."""
+    if wire_version == 2:
+        return wire.data_decoder(0 if order_name == "total" else 2)
+    decode_time = wire.decode_time
+    return lambda frames: (decode_time(frames[1]), frames[2])
 
 
 def _protocol(order, filt):
@@ -108,12 +125,12 @@ def _touch(records) -> int:
     return n
 
 
-def _loop_header_drop(frames, proto, codec, deadline_check):
-    decode_time, passes, decode = wire.decode_time, proto.passes, codec.decode
+def _loop_header_drop(frames, proto, codec, deadline_check, head):
+    passes, decode = proto.passes, codec.decode
     consumed = delivered = records = 0
     while True:
-        for _kind, header, payload in frames:
-            t = decode_time(header)
+        for f in frames:
+            t, payload = head(f)
             if passes(t):
                 records += _touch(decode(payload))
                 delivered += 1
@@ -122,12 +139,12 @@ def _loop_header_drop(frames, proto, codec, deadline_check):
             return consumed, delivered, records
 
 
-def _loop_decode_all(frames, proto, codec, deadline_check):
-    decode_time, passes, decode = wire.decode_time, proto.passes, codec.decode
+def _loop_decode_all(frames, proto, codec, deadline_check, head):
+    passes, decode = proto.passes, codec.decode
     consumed = delivered = records = 0
     while True:
-        for _kind, header, payload in frames:
-            t = decode_time(header)
+        for f in frames:
+            t, payload = head(f)
             d = decode(payload)
             if passes(t):
                 records += _touch(d)
@@ -184,20 +201,24 @@ def _loop_transport(frames, sub, deadline_check):
     return state["consumed"], delivered, records
 
 
-def measure(method, order_name, k, per_message, pass_rate, min_time=0.25, kind="dicts") -> dict:
+def measure(method, order_name, k, per_message, pass_rate, min_time=0.25, kind="dicts",
+            wire_version=2) -> dict:
     order = TOTAL if order_name == "total" else product(2)
     filt = _filter_elements(order_name, k)
     n_messages = 1000 if per_message <= 100 else 100
-    frames = _frames(order_name, k, per_message, pass_rate, n_messages, kind)
+    frames = _frames(order_name, k, per_message, pass_rate, n_messages, kind, wire_version)
+    head = _time_decoder(order_name, wire_version)
     codec = wire.codec(payloads.codec_name(kind))
     sub = _subscriber(order, payloads.codec_name(kind), filt) if method == "transport" else None
     start = time.perf_counter()  # set-up (the Subscriber, its socket) is not timed
     deadline = start + min_time
     check = lambda: time.perf_counter() >= deadline  # noqa: E731
     if method == "header_drop":
-        consumed, delivered, records = _loop_header_drop(frames, _protocol(order, filt), codec, check)
+        consumed, delivered, records = _loop_header_drop(frames, _protocol(order, filt), codec, check,
+                                                         head)
     elif method == "decode_all":
-        consumed, delivered, records = _loop_decode_all(frames, _protocol(order, filt), codec, check)
+        consumed, delivered, records = _loop_decode_all(frames, _protocol(order, filt), codec, check,
+                                                        head)
     elif method == "transport":
         try:
             consumed, delivered, records = _loop_transport(frames, sub, check)
@@ -209,7 +230,7 @@ def measure(method, order_name, k, per_message, pass_rate, min_time=0.25, kind="
     expected = round(consumed * pass_rate)
     return {
         "method": method, "order": order_name, "filter_size": k, "records_per_message": per_message,
-        "pass_rate": pass_rate, "payload": kind, "messages": consumed, "delivered_messages": delivered,
+        "pass_rate": pass_rate, "payload": kind, "wire": wire_version, "messages": consumed, "delivered_messages": delivered,
         "seconds": round(elapsed, 4),
         "messages_per_s": consumed / elapsed,
         "records_per_s_consumed": consumed * per_message / elapsed,

@@ -222,11 +222,15 @@ def _targets(filt, e2e, peers, fanout, spark, limits=None, hist=None, groups=Non
                          f"`{x['method']}`, {x['records_per_message']} rec/msg, {x['order']} k={x['filter_size']}",
                          _pm(x["paired"]), paired.verdict(x["paired"], 1.6)))
     if fanout and fanout.get("summary"):
-        for x in fanout["summary"]:
+        peer = {x["subscribers"]: x for x in fanout["summary"] if x.get("system") == "zmq"}
+        for x in _fanout_es(fanout):
             if x["subscribers"] > 1 and x.get("pub_cpu_us_per_added_sub"):
                 v = x["pub_cpu_us_per_added_sub"]
+                z = peer.get(x["subscribers"], {}).get("pub_cpu_us_per_added_sub")
+                floor = (f"; raw pyzmq's PUB in the same repeats: {_pm(z, lambda y: f'{y:.1f} µs')}"
+                         if z else "")
                 rows.append(("publisher CPU per added subscriber ≤ 15 µs per 38 KB message",
-                             f"{x['subscribers']} subscribers vs 1 (Arrow, 1000 rec/msg)",
+                             f"{x['subscribers']} subscribers vs 1 (Arrow, 1000 rec/msg){floor}",
                              _pm(v, lambda y: f"{y:.1f} µs"), paired.verdict(v, 15.0, higher_is_better=False)))
     rows += _limits_targets(limits, e2e, peers, fanout)
     rows += _history_targets(hist)
@@ -375,35 +379,54 @@ def _peers_section(peers) -> list[str]:
     return out
 
 
+def _fanout_es(fo) -> list:
+    """The fan-out summary rows of epochstream (runs before the raw pyzmq peer joined the case
+    have no ``system``)."""
+    return [x for x in fo.get("summary") or [] if x.get("system", "epochstream") == "epochstream"]
+
+
 def _fanout_section(fo) -> list[str]:
     out = ["## Fan-out: one publisher → N subscribers\n",
            f"Run: {_mode(fo)}. Arrow, {fo.get('records_per_message')} records per message "
            "(37.7 KB), one partition, `events()`, each subscriber its own process; subscriber counts "
            "interleaved within each repeat. *per added subscriber* = (publisher CPU per message at N "
            "− at 1) ÷ (N − 1), paired within a repeat. All processes share the machine's cores.\n"]
+    if any(x.get("system") == "zmq" for x in fo["summary"]):
+        out.append("Raw pyzmq (`zmq`): a PUB socket sending the same frames to N subscriber "
+                   "processes, without the protocol, in the same repeats: on loopback TCP the "
+                   "kernel's work of delivering each copy is the sending process's CPU, so its "
+                   "cost per added subscriber is the floor on this machine.\n")
     rows = []
     for x in fo["summary"]:
-        rows.append((x["subscribers"], f"{x['ok_runs']}/{x['runs']}", _pm(x["records_per_s_per_sub"], _fmt_rate),
+        rows.append((x.get("system", "epochstream"), x["subscribers"], f"{x['ok_runs']}/{x['runs']}",
+                     _pm(x["records_per_s_per_sub"], _fmt_rate),
                      _pm(x["records_per_s_total"], _fmt_rate),
                      _pm(x["pub_cpu_us_per_message"], lambda y: f"{y:.0f}"),
                      _pm(x["pub_cpu_us_per_message_per_sub"], lambda y: f"{y:.1f}"),
                      _pm(x["pub_cpu_us_per_added_sub"], lambda y: f"{y:.1f}"),
                      _pm(x["sub_cpu_s_per_M"], lambda y: f"{y:.2f}")))
-    out.append(_table(["subscribers", "ok runs", "rec/s per sub (slowest)", "rec/s all subs",
+    out.append(_table(["system", "subscribers", "ok runs", "rec/s per sub (slowest)", "rec/s all subs",
                        "pub µs CPU / msg", "pub µs / msg / sub", "pub µs per added sub",
                        "sub CPU s / M rec"], rows))
     try:
         plt = _plt()
         fig, ax = plt.subplots(figsize=(7, 3.6))
-        xs = [x["subscribers"] for x in fo["summary"] if x["records_per_s_total"]]
-        ys = [x["records_per_s_total"]["median"] / 1e6 for x in fo["summary"] if x["records_per_s_total"]]
+        es = _fanout_es(fo)
+        xs = [x["subscribers"] for x in es if x["records_per_s_total"]]
+        ys = [x["records_per_s_total"]["median"] / 1e6 for x in es if x["records_per_s_total"]]
         ax.plot(xs, ys, "o-", label="records/s, all subscribers")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("subscribers")
         ax.set_ylabel("M records/s (median)")
         ax2 = ax.twinx()
-        ys2 = [x["pub_cpu_us_per_message_per_sub"]["median"] for x in fo["summary"] if x["pub_cpu_us_per_message_per_sub"]]
+        ys2 = [x["pub_cpu_us_per_message_per_sub"]["median"] for x in es if x["pub_cpu_us_per_message_per_sub"]]
         ax2.plot(xs[:len(ys2)], ys2, "s--", color="tab:red", label="pub µs / msg / sub")
+        zs = [x for x in fo["summary"] if x.get("system") == "zmq" and x["pub_cpu_us_per_message_per_sub"]]
+        if zs:
+            ax2.plot([x["subscribers"] for x in zs],
+                     [x["pub_cpu_us_per_message_per_sub"]["median"] for x in zs], "^:",
+                     color="tab:gray", label="raw pyzmq pub µs / msg / sub")
+            ax2.legend(loc="upper right", fontsize=8)
         ax2.set_ylabel("publisher µs CPU per message per subscriber")
         ax.set_title("fan-out, Arrow 1000 records/message")
         out.append(f"\n![fan-out]({_save(fig, 'fanout.png')})\n")
@@ -550,7 +573,7 @@ def _expect(peers, fanout) -> list[str]:
             out.append("2. **Coalescing** (the default) changes the batching, not the protocol: it "
                        "gives " + ", ".join(p for p in parts if p) + " against coalescing off.")
     if fanout and fanout.get("summary"):
-        xs = [x for x in fanout["summary"] if x.get("pub_cpu_us_per_message_per_sub")]
+        xs = [x for x in _fanout_es(fanout) if x.get("pub_cpu_us_per_message_per_sub")]
         if xs:
             out.append("3. **Fan-out** (Arrow, 38 KB messages): publisher CPU per message per subscriber, "
                        "median: " + ", ".join(f"{x['pub_cpu_us_per_message_per_sub']['median']:.0f} µs with "
@@ -1126,7 +1149,8 @@ def _epochstream_measurements(e2e, peers, fanout):
                 out.append((f"e2e: `{r['api']}()`, coalescing on", r["payload"], r["records_per_message"],
                             r["payload_bytes"], r["payload"] != "arrow", [r["records_per_s"]]))
     if fanout and fanout.get("rows"):
-        rs = [r for r in fanout["rows"] if r.get("ok") and r["subscribers"] == 1]
+        rs = [r for r in fanout["rows"] if r.get("ok") and r["subscribers"] == 1
+              and not str(r.get("variant", "")).startswith("zmq:")]
         if rs:
             out.append(("fanout: 1 subscriber", rs[0]["payload"], rs[0]["records_per_message"],
                         rs[0]["payload_bytes"], False, [r["records_per_s"] for r in rs]))

@@ -72,6 +72,16 @@ def test_e2e_raw_zmq_tiny():
     _check_row(r, 3 * 100)
 
 
+def test_fanout_raw_zmq_peer_tiny():
+    """The fan-out case's floor: raw pyzmq's PUB to two subscriber processes, 38 KB frames."""
+    from benchmarks import bench_fanout
+    assert bench_fanout._variant("16") == ("epochstream", 16)
+    assert bench_fanout._variant("zmq:4") == ("zmq", 4)
+    r = harness.run("zmq", kind="arrow", per_message=1000, subscribers=2, epochs=3, time_limit=30)
+    _check_row(r, 3 * 1000 * harness.messages_per_epoch(1000))
+    assert len(r["pub_cpu_s"]) == 1
+
+
 def test_latency_mode_tiny():
     r = harness.run("epochstream", kind="tuples", per_message=1000, mode="latency", epochs=5,
                     api="epochs", time_limit=30)
