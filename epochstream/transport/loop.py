@@ -222,7 +222,7 @@ class PublisherLoop:
         commands, fanout, transmit = self._handoff.commands, self._fanout, self._transmit
         upper, logs, filters = self._loop_upper, self._logs, self._filters
         now = self._last_broadcast = _time.monotonic()
-        data = 0
+        data, last_time = 0, None
         fanout.full = False
         for _ in range(limit):
             if not commands or fanout.full:
@@ -234,7 +234,9 @@ class PublisherLoop:
                 continue
             if self._halted:
                 continue
-            upper.insert(arg)
+            if arg is not last_time:  # many messages at one time: that time is in already
+                upper.insert(arg)
+                last_time = arg
             if commands and self.coalesce_bytes:
                 frames = self._coalesce(arg, frames, now)
             if logs is not None and not logs.data(arg, frames):
