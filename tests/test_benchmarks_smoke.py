@@ -267,3 +267,11 @@ def test_store_case_tiny(tmp_path, monkeypatch):
     finally:
         weed.stop()
     assert bench_store.section({"ratios": []}) == []
+
+
+def test_arrow_schema_measurement_tiny():
+    from benchmarks import arrow_schema
+    out = arrow_schema.run(rounds=2, seconds=0.01)
+    assert set(out["us_per_call"]) == {"decode_today", "decode_batch_only", "encode_writer",
+                                       "encode_today"}
+    assert out["schema_message_bytes"] < out["batch_message_bytes"] < out["payload_bytes"]
