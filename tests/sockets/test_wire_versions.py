@@ -195,6 +195,28 @@ def test_garbage_v2_data_fails_the_subscriber_with_a_precise_wire_error(frame, m
     old.sock.close()
 
 
+@pytest.mark.parametrize("extra, message", [
+    ([b"p"], "unknown message kind b'p'"),  # a stray frame: refused as a message of its own
+    ([wire.data_header2(0)], "does not decode"),  # a v2 header alone: an empty payload
+])
+def test_frames_after_a_complete_v2_data_frame_fail_the_subscriber_never_join_the_data(
+        extra, message):
+    """A v2 data frame longer than its header is a whole message (docs/protocol.md §2.2): the
+    subscriber reads it without asking for more frames. A publisher that sends more frames
+    after it gets the extra frames read as messages of their own and refused — the data before
+    them is not extended, and no epoch is released with anything of them."""
+    old = _OldPublisher()
+    sub = Subscriber("t", endpoints=[old.endpoint])
+    ident, _ = old.hello()
+    old.snapshot(ident)
+    old.send(ident, [wire.data_header2(0) + msgpack.packb([[1]]), *extra])
+    old.send(ident, wire.encode_frontier(wire.LowerFrontierUpdate(((0, -1), (1, 1)))))
+    with pytest.raises(WireError, match=message):
+        list(sub.epochs(timeout=5))
+    sub.close()
+    old.sock.close()
+
+
 def test_garbage_v2_frames_sent_to_a_publisher_get_x_error_and_everyone_else_is_served():
     with Publisher("t", heartbeat_interval=0.2) as pub:
         bad = _raw(pub.endpoint, [1, 2])
