@@ -162,6 +162,7 @@ def _loop_transport(frames, sub, deadline_check):
     from epochstream.protocol import DataMessage
     eng = _engine(sub)
     handle = eng._handle
+    queue = getattr(eng, "_queue", None)
     decoded = getattr(sub, "_decoded", None) or (lambda m: m)  # older transport: (m, nbytes)
     state = {"i": 0, "consumed": 0, "stop": False}
     n_frames = len(frames)
@@ -172,8 +173,12 @@ def _loop_transport(frames, sub, deadline_check):
         out = []
         i = state["i"]
         for _ in range(_CHUNK):
-            for m in handle(0, frames[i]):
-                out.append(decoded(m))
+            got = handle(0, frames[i])
+            if queue is not None:  # as TopicJoin._read: outputs (if any) to the parked events
+                if got:
+                    queue(got)
+            else:
+                out.extend(decoded(m) for m in got)
             i += 1
             if i == n_frames:
                 i = 0
@@ -182,6 +187,8 @@ def _loop_transport(frames, sub, deadline_check):
                     state["stop"] = True
                     break
         state["i"] = i
+        if queue is not None:  # as TopicJoin.poll: hand over what was parked
+            out, eng.parked = eng.parked, []
         return out
 
     if eng is sub:

@@ -326,10 +326,14 @@ class SubscriberProtocol:
         checked with :meth:`passes` (once ready): validates it against the merged lower frontier
         and returns ``[DataMessage(time, data)]``. Raises :class:`ProtocolError` like
         :meth:`receive`."""
+        return [self.deliver_message(time, data, nbytes)]
+
+    def deliver_message(self, time, data, nbytes: int = 0) -> DataMessage:
+        """:meth:`deliver` returning the one :class:`DataMessage` itself."""
         if not self._lower.less_equal(time):
             raise ProtocolError(
                 f"data at time {time!r} is behind the merged lower frontier {list(self.lower)!r}")
-        return [data_message(time, data, nbytes)]
+        return data_message(time, data, nbytes)
 
     def advance_as_of(self, as_of) -> None:
         """Also drop data not at or beyond ``as_of`` (times, an antichain; joined with the
