@@ -22,9 +22,9 @@ process (tests/store/test_store.py).
         every sealed segment holding epochs and prints "uploaded <n objects>". ``--end hang``
         (default): prints "hanging" and sleeps (to be killed); ``close``: close(wait=True),
         prints "closed".
-    python tests/store/store_peer.py read CATALOG TOPIC [--source S] [--subscribe]
+    python tests/store/store_peer.py read CATALOG TOPIC [--source S] [--store URI] [--subscribe]
         [--durable NAME]
-        History(TOPIC, catalog=CATALOG).epochs() (``--subscribe``: Subscriber(start=0)
+        History(TOPIC, catalog=CATALOG, store=URI).epochs() (``--subscribe``: Subscriber(start=0)
         instead; ``--durable``: a durable Subscriber from "earliest", acking each epoch), printing "epoch <t> <json [i...]> <ok>" per epoch (ok: every record is of
         epoch t, with its pad whole) and "done"; HistoryCorrupt prints "HistoryCorrupt <message>"
         and exits 3, HistoryUnavailable "HistoryUnavailable <message>" and exits 2.
@@ -165,7 +165,8 @@ def read(a) -> None:
             with Subscriber(a.topic, catalog=a.catalog, start=0) as sub:
                 epochs = list(sub.epochs())
         else:
-            epochs = list(History(a.topic, catalog=a.catalog, source=a.source).epochs())
+            epochs = list(History(a.topic, catalog=a.catalog, source=a.source,
+                                  store=a.store).epochs())
     except HistoryCorrupt as e:
         out("HistoryCorrupt", str(e))
         sys.exit(3)
@@ -212,6 +213,7 @@ def main() -> None:
     pr.add_argument("catalog")
     pr.add_argument("topic")
     pr.add_argument("--source", default=None)
+    pr.add_argument("--store", default=None)
     pr.add_argument("--subscribe", action="store_true")
     pr.add_argument("--durable", default=None)
     a = p.parse_args()
