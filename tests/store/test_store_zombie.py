@@ -38,21 +38,25 @@ def stopped(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
-@pytest.mark.parametrize("point,segment", [("uploaded", 1 << 20), ("indexed", 1 << 20),
-                                           ("committed", 1 << 20), ("uploaded", 16384)])
-def test_a_stopped_frontier_publisher_wakes_fenced(weed, pg_url, tmp_path, point, segment):
+@pytest.mark.parametrize("point,segment,successor", [
+    ("uploaded", 1 << 20, "live"), ("indexed", 1 << 20, "live"), ("committed", 1 << 20, "live"),
+    ("uploaded", 16384, "live"), ("indexed", 1 << 20, "closed"), ("uploaded", 1 << 20, "killed")])
+def test_a_stopped_frontier_publisher_wakes_fenced(weed, pg_url, tmp_path, point, segment,
+                                                   successor):
     """Stopped at ``point`` of its 5th commit (epoch 4) past its lease; the successor resumes
-    at the first epoch the index does not hold and publishes up to epoch 9; the zombie is
-    continued and is refused (it exits ``Fenced``, or ``HistoryWriteError`` from the refused
-    index write: its flush of epoch 4 never returns as done), the index is as the successor
-    left it, a reader elsewhere then gets epochs 0..9 whole, once, in order, from the store,
-    and 0..15 once the successor closed (from the store alone). ``segment``: 1 MiB, the
+    at the first epoch the index does not hold and publishes up to epoch 9 (``successor``: then
+    holds, or goes on to epoch 15 and closes, or is killed -9); the zombie is continued and is
+    refused (it exits ``Fenced``, or ``HistoryWriteError`` from the refused index write: its
+    flush of epoch 4 never returns as done), the index is as the successor left it, a reader
+    elsewhere then gets every epoch the successor committed whole, once, in order, from the
+    store, and so after the successor closed (from the store alone). ``segment``: 1 MiB, the
     successor goes on writing the zombie's segment (both with a chain of tail objects); 16 KiB,
     it seals that segment and uploads it whole before the zombie's pending chain write."""
     topic = f"zo-{uuid.uuid4().hex[:6]}"
     store = weed.uri(f"zo/{uuid.uuid4().hex[:8]}")
     common = ("--upload", "frontier", "--segment-bytes", segment, "--pad", 1000, "--flush-each",
               "--lease", LEASE, "--last", 16)
+    last = 16 if successor == "closed" else 10  # (the successor's epochs when the zombie wakes)
     cat = Catalog(pg_url, lease=LEASE)
     a = peer("publish", pg_url, topic, store, "--dir", tmp_path / "host-a", *common,
              "--stop-at", point, "--stop-after", 5)
@@ -76,8 +80,15 @@ def test_a_stopped_frontier_publisher_wakes_fenced(weed, pg_url, tmp_path, point
                    what="the successor registered")
         assert read_until(b, "first")[1:] == [str(logged)]
         read_until(b, "holding")
-        successor = cat.lookup(topic).partition_info[0]
-        assert (successor.state, successor.generation) == ("live", 2)
+        holder = cat.lookup(topic).partition_info[0]
+        assert (holder.state, holder.generation) == ("live", 2)
+        if successor == "closed":
+            b.stdin.write("go\n")
+            b.stdin.flush()
+            out, err = b.communicate(timeout=60)
+            assert b.returncode == 0 and "closed" in out, err
+        elif successor == "killed":
+            kill(b)
         before = cat.history_state(topic, 0)
         a.send_signal(signal.SIGCONT)  # the zombie wakes mid-commit, and goes on
         rc = a.wait(20)
@@ -89,14 +100,17 @@ def test_a_stopped_frontier_publisher_wakes_fenced(weed, pg_url, tmp_path, point
             assert not [w for w in woke.splitlines() if w.startswith("epoch ")], woke
         assert cat.history_state(topic, 0) == before  # the zombie changed nothing indexed
         info = cat.lookup(topic).partition_info[0]
-        assert (info.state, info.incarnation) == ("live", successor.incarnation)
+        assert (info.state, info.incarnation) == (
+            {"killed": "dead"}.get(successor, successor), holder.incarnation)
         rc, got, text = read_in_process(pg_url, topic, "--source", "store")
         assert rc == 0, text
-        assert got == whole(range(10)), text
-        b.stdin.write("go\n")
-        b.stdin.flush()
-        out, err = b.communicate(timeout=60)
-        assert b.returncode == 0 and "closed" in out, err
+        assert got == whole(range(last)), text
+        if successor == "live":
+            b.stdin.write("go\n")
+            b.stdin.flush()
+            out, err = b.communicate(timeout=60)
+            assert b.returncode == 0 and "closed" in out, err
+            last = 16
     finally:
         if a.poll() is None:
             a.send_signal(signal.SIGCONT)
@@ -107,11 +121,11 @@ def test_a_stopped_frontier_publisher_wakes_fenced(weed, pg_url, tmp_path, point
     shutil.rmtree(tmp_path / "host-b")
     rc, got, text = read_in_process(pg_url, topic, "--source", "store")
     assert rc == 0, text
-    assert got == whole(range(16)), text
+    assert got == whole(range(last)), text
     # what the zombie left unindexed goes with the sweep; nothing indexed goes with it
     sweep_orphans(open_store(store, write=True), cat, topic, 0, grace=0.0)
     rc, got, text = read_in_process(pg_url, topic, "--source", "store")
-    assert rc == 0 and got == whole(range(16)), text
+    assert rc == 0 and got == whole(range(last)), text
     cat.close()
 
 
