@@ -256,3 +256,57 @@ def test_a_commit_whose_answer_is_lost_is_applied_once(pg_url, monkeypatch):
     assert [e.state for e in cat.group_epochs("t", "g")][:1] == ["acked"]
     assert lose["lost"] == 4
     cat.close()
+
+
+_FROZEN_WRITER = """
+import os, signal, sys
+from epochstream.catalog import store_postgres
+from epochstream.catalog.retry import Transient
+from epochstream.errors import CatalogError
+store_postgres.IDLE_IN_TRANSACTION_S = float(sys.argv[2])
+store = store_postgres.PostgresStore(sys.argv[1])
+try:
+    with store.write() as conn:  # holds the catalog's write lock
+        conn.execute("UPDATE topics SET created_at = created_at WHERE name = 'x'")
+        print("locked", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)  # frozen inside the transaction
+        conn.execute("SELECT 1")
+    print("committed", flush=True)
+except (Transient, CatalogError) as e:
+    print("ended", type(e).__name__, flush=True)
+"""
+
+
+def test_a_writer_stopped_inside_its_transaction_frees_the_write_lock(pg_url):
+    """A process stopped (SIGSTOP) inside a catalog write transaction holds the catalog's write
+    lock: the server ends its session once it was idle in the transaction for
+    ``IDLE_IN_TRANSACTION_S`` (here 0.5 s), so the other processes' writes go on (before, every
+    write of every process waited until it was continued or killed); continued, the stopped
+    one's transaction fails as a transient error (retried by the catalog's operations), nothing
+    of it applied."""
+    import signal
+    import subprocess
+    import sys
+
+    cat = Catalog(pg_url, timeout=10)
+    cat.create_topic("x", partitions=1)
+    child = subprocess.Popen([sys.executable, "-c", _FROZEN_WRITER, pg_url, "0.5"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().split() == ["locked"]
+        done = threading.Event()
+        writer = threading.Thread(target=lambda: (cat.create_topic("y", partitions=1),
+                                                  done.set()), daemon=True)
+        t0 = time.monotonic()
+        writer.start()
+        assert done.wait(10), "a write waited for the stopped process' lock"
+        assert time.monotonic() - t0 < 5
+        child.send_signal(signal.SIGCONT)
+        assert child.stdout.readline().split() == ["ended", "Transient"]
+        assert child.wait(10) == 0
+    finally:
+        child.send_signal(signal.SIGCONT)
+        child.kill()
+        child.wait()
+    assert sorted(t.name for t in cat.topics()) == ["x", "y"]
+    cat.close()

@@ -310,8 +310,8 @@ class Catalog:
         already (the caller deletes its object unless it is that one); ``replaced``: the name
         of the shorter object it replaces (the caller deletes it), or, not indexed, the object
         indexed for the segment; ``None`` if none. ``incarnation``: as for
-        :meth:`history_commit` (:class:`~epochstream.errors.Fenced`). A chain (``"tails:…"``,
-        ``log.store.tails_object``) may cover uncommitted bytes and replaces a chain."""
+        :meth:`history_commit` for a chain (``"tails:…"``, ``log.store.tails_object``: it may
+        cover uncommitted bytes and replaces a chain), else refused only while another lives."""
 
     @_operation
     def history_commit(self, topic: str, partition: int, *, epochs: list[EpochRecord],
@@ -323,9 +323,9 @@ class Catalog:
         ``roll_to``: the next segment's number, started now with ``since = lower``.
         ``durable=False`` commits without an fsync of the catalog (``Retention.fsync="none"``).
         ``incarnation``: the writing publisher's; the commit is refused with
-        :class:`~epochstream.errors.Fenced` (nothing applied) if another incarnation holds the
-        partition live (a newer generation took it over: the writer is a zombie). An epoch
-        indexed already is neither written nor counted again (a retried commit)."""
+        :class:`~epochstream.errors.Fenced` (nothing applied) if the partition's row names
+        another (a newer generation registered, live or ended since: the writer is a zombie).
+        An epoch indexed already is neither written nor counted again (a retried commit)."""
 
     @_operation
     def history_trim(self, topic: str, partition: int, keep_from: int,

@@ -163,14 +163,14 @@ def _durable(row, now: float | None = None) -> DurableInfo:
                        reason)
 
 
-def _check_writer(conn, topic: str, partition: int, incarnation: str) -> None:
-    """In a write transaction: :class:`Fenced` if another incarnation holds the partition live."""
+def _check_writer(conn, topic: str, partition: int, incarnation: str, strict=False) -> None:
+    """In a write transaction: Fenced if another incarnation holds it live (``strict``: at all)."""
     row = conn.execute(f"SELECT {ROW_COLUMNS}, epoch_now() FROM partitions WHERE topic = ? "
                        f"AND idx = ?", (topic, partition)).fetchone()
     if row is None or row[4] == incarnation:  # (column 4: incarnation) the writer holds it
         return
     holder = partition_from_row(row[:-1], float(row[-1]))
-    if holder.state == "live":
+    if holder.state == "live" or strict:
         raise Fenced(f"partition {partition} of topic {topic!r} is held by incarnation "
                      f"{holder.incarnation} (generation {holder.generation}, pid {holder.pid} on "
                      f"{holder.host}) now: the epoch log index commit of incarnation "
@@ -264,8 +264,8 @@ class HistoryTables:
     def history_uploaded(self, topic: str, partition: int, segment: int, name: str,
                          nbytes: int, incarnation: str | None = None) -> tuple[bool, str | None]:
         with self._store.write() as conn:
-            if incarnation is not None:
-                _check_writer(conn, topic, partition, incarnation)
+            if incarnation is not None:  # (a chain: only a registered writer's commit has one)
+                _check_writer(conn, topic, partition, incarnation, name.startswith("tails:"))
             row = conn.execute("SELECT object, object_bytes, nbytes FROM history_segments "
                                "WHERE topic = ? AND idx = ? AND seq = ?",
                                (topic, partition, segment)).fetchone()
@@ -295,7 +295,7 @@ class HistoryTables:
         low = encode_upper(lower)
         with self._store.hot_write("FULL" if durable else "NORMAL") as conn:
             if incarnation is not None:
-                _check_writer(conn, topic, partition, incarnation)
+                _check_writer(conn, topic, partition, incarnation, strict=True)
             if rows:
                 # an epoch indexed already is this commit retried after its answer was lost
                 # (an epoch is logged once): it is neither written nor counted again

@@ -49,6 +49,17 @@ notification lost across a reconnection)."""
 POOL_MAX = 8
 """Idle connections one PostgreSQL catalog object keeps at most, per process."""
 
+IDLE_IN_TRANSACTION_S = 5.0
+"""Seconds the server lets a session of the catalog sit idle inside a transaction before it
+ends the session (``idle_in_transaction_session_timeout``, set on each connection unless the
+server, database or role set one already). The catalog's transactions send their statements
+back to back, so a session idle that long belongs to a process that is stopped (SIGSTOP, a
+paused VM) or cut off while it held the catalog's write lock: ending it frees the lock for
+every other writer (a successor registering, once the stopped publisher's lease ran out); the
+stopped one's write fails and is retried when it runs again (then refused if fenced)."""
+_IDLE_LIMIT = ("SELECT set_config('idle_in_transaction_session_timeout', ?, false) "
+               "WHERE current_setting('idle_in_transaction_session_timeout') IN ('0', '0ms')")
+
 # SQLSTATEs worth a retry: serialization_failure, deadlock_detected, admin_shutdown,
 # crash_shutdown, cannot_connect_now, and the connection exceptions (class 08)
 _TRANSIENT_STATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08001",
@@ -174,8 +185,10 @@ class PostgresStore:
         import psycopg
 
         try:
-            return psycopg.connect(self.url, autocommit=True,
-                                   connect_timeout=max(1, int(BUSY_TIMEOUT_S)))
+            raw = psycopg.connect(self.url, autocommit=True,
+                                  connect_timeout=max(1, int(BUSY_TIMEOUT_S)))
+            raw.execute(postgres_sql(_IDLE_LIMIT), (f"{int(IDLE_IN_TRANSACTION_S * 1000)}ms",))
+            return raw
         except psycopg.OperationalError as e:
             raise self._connect_error(e) from None
         except (psycopg.Error, ValueError) as e:  # e.g. a malformed URI

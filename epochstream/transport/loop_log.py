@@ -18,7 +18,7 @@ from typing import Callable
 
 import zmq
 
-from ..errors import HistoryWriteError
+from ..errors import Fenced, HistoryWriteError
 from ..frontier import apply_changes
 from ..retention import check_interval
 from .log_server import LogServer
@@ -108,6 +108,9 @@ class LogDriver:
         except HistoryWriteError as e:
             self._fail(e)
             return []
+        except Fenced as e:  # a newer generation holds the partition: this one is a zombie
+            self._fenced(e)
+            return []
         unsent, self._unsent = self._unsent, []
         self._stats["log_commits"] += 1
         return unsent
@@ -125,6 +128,14 @@ class LogDriver:
                 and self.error is None and not self._closed:
             self._last_expire = now
             self._log.expire(_time.time())
+
+    def _fenced(self, e: Fenced) -> None:
+        """The catalog refused the log's index write (:class:`~epochstream.errors.Fenced`):
+        the log fails as for any other write it could not make (never the loop)."""
+        failed = HistoryWriteError(f"the index write of the epoch log of {self.topic!r} "
+                                   f"partition {self.partition} was refused: {e}")
+        failed.__cause__ = e
+        self._fail(failed)
 
     def _fail(self, e: HistoryWriteError) -> None:
         """The log failed: nothing more is logged or sent (no epoch it could not log

@@ -12,13 +12,19 @@ process (tests/store/test_store.py).
         N-th frontier tail upload (1-based), at POINT: ``upload`` (mid-upload: half the bytes
         written), ``uploaded`` (uploaded, not indexed), ``indexed`` (the chain indexed, the
         epochs not committed), ``committed`` (committed, the frontier update not sent).
+        ``--stop-at POINT --stop-after N``: the same moments (``uploaded``, ``indexed``,
+        ``committed``), but SIGSTOP itself there, printing "stopping <POINT>" first (a zombie:
+        the test SIGCONTs it). ``--lease S``: Catalog(CATALOG, lease=S) (PostgreSQL's lease).
+        ``--hold-at K``: after "epoch K", print "holding" and wait for a line on stdin.
+        A publisher refused on the way prints "fenced <message>" (Fenced) and exits 3, or
+        "error <type> <message>" and exits 4.
         ``--flush-each``: flush() after each epoch. ``--wait-uploads``: then waits until the index has an object for
         every sealed segment holding epochs and prints "uploaded <n objects>". ``--end hang``
         (default): prints "hanging" and sleeps (to be killed); ``close``: close(wait=True),
         prints "closed".
-    python tests/store/store_peer.py read CATALOG TOPIC [--source S] [--subscribe]
+    python tests/store/store_peer.py read CATALOG TOPIC [--source S] [--store URI] [--subscribe]
         [--durable NAME]
-        History(TOPIC, catalog=CATALOG).epochs() (``--subscribe``: Subscriber(start=0)
+        History(TOPIC, catalog=CATALOG, store=URI).epochs() (``--subscribe``: Subscriber(start=0)
         instead; ``--durable``: a durable Subscriber from "earliest", acking each epoch), printing "epoch <t> <json [i...]> <ok>" per epoch (ok: every record is of
         epoch t, with its pad whole) and "done"; HistoryCorrupt prints "HistoryCorrupt <message>"
         and exits 3, HistoryUnavailable "HistoryUnavailable <message>" and exits 2.
@@ -40,9 +46,10 @@ def out(*words) -> None:
     print(*words, flush=True)
 
 
-def crash_at(cat, point: str, after: int) -> None:
-    """SIGKILL this process at ``point`` of the ``after``-th tail upload (module docstring):
-    a real kill -9 of a real process, injected at an exact moment; the store is real."""
+def crash_at(cat, point: str, after: int, sig: int = signal.SIGKILL) -> None:
+    """SIGKILL (or ``sig``: SIGSTOP) this process at ``point`` of the ``after``-th tail upload
+    (module docstring): a real kill -9 (or stop) of a real process, injected at an exact
+    moment; the store is real."""
     import pyarrow.fs as pafs
 
     from epochstream.log.store import LogStore
@@ -52,7 +59,10 @@ def crash_at(cat, point: str, after: int) -> None:
         type(cat).history_commit
 
     def die():
-        os.kill(os.getpid(), signal.SIGKILL)
+        if sig == signal.SIGSTOP:
+            out("stopping", point)
+            count[0] = -1 << 30  # (once: it goes on when continued)
+        os.kill(os.getpid(), sig)
 
     def upload_(self, path, nbytes, name, start=0):
         if name.endswith(".estail"):
@@ -86,12 +96,27 @@ def crash_at(cat, point: str, after: int) -> None:
 
 
 def publish(a) -> None:
-    cat = Catalog(a.catalog)
+    from epochstream.errors import Fenced
+
+    try:
+        _publish(a)
+    except Fenced as e:
+        out("fenced", " ".join(str(e).split()))
+        sys.exit(3)
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        out("error", type(e).__name__, " ".join(str(e).split()))
+        sys.exit(4)
+
+
+def _publish(a) -> None:
+    cat = Catalog(a.catalog) if a.lease is None else Catalog(a.catalog, lease=a.lease)
     limits = {"max_epochs": a.max_epochs}
     if a.keep_all:
         limits.update(max_bytes=None, max_age=None)
     if a.crash_at:
         crash_at(cat, a.crash_at, a.crash_after)
+    if a.stop_at:
+        crash_at(cat, a.stop_at, a.stop_after, signal.SIGSTOP)
     pub = Publisher(a.topic, 0, catalog=cat, retention=Retention(
         dir=a.dir, store=a.store, segment_bytes=a.segment_bytes, upload=a.upload, **limits))
     state = cat.history_state(a.topic, 0)
@@ -106,6 +131,9 @@ def publish(a) -> None:
         if a.flush_each:  # (one commit, so one frontier upload, per epoch)
             pub.flush()
         out("epoch", t)
+        if t == a.hold_at:
+            out("holding")
+            sys.stdin.readline()
     pub.flush()
     if a.wait_uploads:
         deadline = time.monotonic() + 60
@@ -137,7 +165,8 @@ def read(a) -> None:
             with Subscriber(a.topic, catalog=a.catalog, start=0) as sub:
                 epochs = list(sub.epochs())
         else:
-            epochs = list(History(a.topic, catalog=a.catalog, source=a.source).epochs())
+            epochs = list(History(a.topic, catalog=a.catalog, source=a.source,
+                                  store=a.store).epochs())
     except HistoryCorrupt as e:
         out("HistoryCorrupt", str(e))
         sys.exit(3)
@@ -175,11 +204,16 @@ def main() -> None:
     pp.add_argument("--crash-at", choices=("upload", "uploaded", "indexed", "committed"),
                     default=None)
     pp.add_argument("--crash-after", type=int, default=1)
+    pp.add_argument("--stop-at", choices=("uploaded", "indexed", "committed"), default=None)
+    pp.add_argument("--stop-after", type=int, default=1)
+    pp.add_argument("--lease", type=float, default=None)
+    pp.add_argument("--hold-at", type=int, default=None)
     pp.add_argument("--flush-each", action="store_true")
     pr = sub.add_parser("read")
     pr.add_argument("catalog")
     pr.add_argument("topic")
     pr.add_argument("--source", default=None)
+    pr.add_argument("--store", default=None)
     pr.add_argument("--subscribe", action="store_true")
     pr.add_argument("--durable", default=None)
     a = p.parse_args()
