@@ -306,16 +306,17 @@ class HistoryTables:
                        limit: int | None = None) -> list[EpochRecord]:
         sql = _EPOCH_SELECT + " WHERE e.topic = ? AND e.idx = ?"
         args: list = [topic, partition]
-        if min_t0 is not None:
+        if after is not None:  # the rows after it in the order below (t0, then the stored text)
+            after = tuple(after) if isinstance(after, list) else after
+            sql += " AND (e.t0 > ? OR e.time > ?)"
+            args += [_t0(after), encode_time(after)]
+            min_t0 = _t0(after) if min_t0 is None else max(min_t0, _t0(after))
+        if min_t0 is not None:  # (one lower bound: the index's range starts there)
             sql += " AND e.t0 >= ?"
             args.append(min_t0)
         if segment_from is not None:
             sql += " AND e.seq >= ?"
             args.append(segment_from)
-        if after is not None:  # the rows after it in the order below (t0, then the stored text)
-            after = tuple(after) if isinstance(after, list) else after
-            sql += " AND e.t0 >= ? AND (e.t0 > ? OR e.time > ?)"
-            args += [_t0(after), _t0(after), encode_time(after)]
         sql += " ORDER BY e.t0, e.time"
         if limit is not None:
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
