@@ -308,6 +308,9 @@ class HistoryTables:
         args: list = [topic, partition]
         if after is not None:  # the rows after it in the order below (t0, then the stored text)
             after = tuple(after) if isinstance(after, list) else after
+            if not all(type(x) is int for x in (after if isinstance(after, tuple) and after
+                                                else (after,))):
+                raise CatalogError(f"history_epochs: after must be a time, got {after!r}")
             sql += " AND (e.t0 > ? OR e.time > ?)"
             args += [_t0(after), encode_time(after)]
             min_t0 = _t0(after) if min_t0 is None else max(min_t0, _t0(after))

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import epochstream.transport.fill_pages as fill_pages
-from epochstream import Catalog, Publisher, Retention, Subscriber, product
+from epochstream import Catalog, CatalogError, Publisher, Retention, Subscriber, product
 from epochstream.catalog.history import EpochRecord
 from epochstream.catalog.server import CatalogServer
 
@@ -65,8 +65,10 @@ def test_pages_of_the_index_repeat_and_skip_no_row(index_catalog, tmp_path):
                 after = page[-1].time
             expect = [t for t in whole if min_t0 is None or t[0] >= min_t0]
             assert got == expect, (limit, min_t0)
-    with pytest.raises(Exception):
-        cat.history_epochs("idx", 0, limit=0)
+    for bad in ({"limit": 0}, {"limit": True}, {"limit": "3"}, {"after": "x"}, {"after": ()},
+                {"after": (1, "x")}, {"after": {"a": 1}}, {"after": 1.5}):
+        with pytest.raises(CatalogError):
+            cat.history_epochs("idx", 0, **bad)
 
 
 # -- joins over many pages -----------------------------------------------------------------
