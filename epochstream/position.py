@@ -187,11 +187,16 @@ class AckTracker:
         return tuple(self._unacked)
 
     @property
+    def floor(self) -> tuple:
+        """``join(start, frontier)`` (``start`` until the frontier is known): the position
+        once every handed-out epoch is acked."""
+        return self.start if self._frontier is None else join(self.order, self.start,
+                                                               self._frontier)
+
+    @property
     def position(self) -> tuple:
         """The acked position (a tuple of times; ``start`` until the frontier is known)."""
-        base = self.start if self._frontier is None else join(self.order, self.start,
-                                                               self._frontier)
-        out = Antichain(self.order, base)
+        out = Antichain(self.order, self.floor)
         out.extend(self._unacked)
         out.extend(self._released)
         return out.elements

@@ -22,14 +22,14 @@ schemes this version knows (it is never taken for a directory name).
 Locations (:func:`location_kind`, :func:`resolve_path`, :class:`CatalogURL`, ...) are
 :mod:`epochstream.catalog.locations`, importable from here too. The implementations register
 themselves here (:func:`implementation`); this module imports none of them, so nothing below it
-imports back up. The package names the module of each kind (:func:`implemented_in`), imported
-on the first ``Catalog(location)`` of that kind: a program on a SQLite file never loads the
-network client, and ``import epochstream`` loads no implementation.
+imports back up (the registry: :mod:`epochstream.catalog.registry`). The package names the
+module of each kind (:func:`implemented_in`), imported on the first ``Catalog(location)`` of
+that kind: a program on a SQLite file never loads the network client, and
+``import epochstream`` loads no implementation.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -38,6 +38,7 @@ from .locations import (DEFAULT_DIR, DEFAULT_FILE, ENV_VAR, HOME_VAR, SCHEMES, U
                         CatalogURL, default_catalog_path, is_catalog_url, local_home,
                         location_kind, resolve_path)
 from .records import TopicInfo
+from .registry import implementation, implemented_in, implementing
 
 if TYPE_CHECKING:  # what the operations return, in annotations only (their modules load with
     # an implementation or a caller that uses them, not with the interface)
@@ -50,27 +51,6 @@ __all__ = ["Catalog", "ENV_VAR", "DEFAULT_DIR", "DEFAULT_FILE", "POLL_INTERVAL_S
 
 POLL_INTERVAL_S = 0.05
 """Seconds between two reads of the catalog while :meth:`Catalog.lookup` waits."""
-
-_IMPLEMENTATIONS: dict[str, type] = {}
-_MODULES: dict[str, str] = {}
-
-
-def implemented_in(module: str, *kinds: str) -> None:
-    """Declare that ``module`` (a dotted name) registers the implementation of ``kinds``: it is
-    imported by the first ``Catalog(location)`` of one of them, not before."""
-    for kind in kinds:
-        _MODULES[kind] = module
-
-
-def implementation(*kinds: str) -> Callable[[type], type]:
-    """Class decorator: ``Catalog(location)`` returns an instance of the decorated class for a
-    location of one of ``kinds`` (:func:`location_kind`)."""
-    def register(cls: type) -> type:
-        for kind in kinds:
-            _IMPLEMENTATIONS[kind] = cls
-        return cls
-    return register
-
 
 OPERATIONS: set[str] = set()
 """The names of the interface's operations (every implementation defines each one)."""
@@ -109,10 +89,8 @@ class Catalog:
 
     def __new__(cls, location: Any = None, *args: Any, **kwargs: Any) -> "Catalog":
         if cls is Catalog:
-            kind = location_kind(os.environ.get(ENV_VAR) if location is None else location)
-            if kind not in _IMPLEMENTATIONS and kind in _MODULES:
-                importlib.import_module(_MODULES[kind])  # it registers itself
-            cls = _IMPLEMENTATIONS[kind]
+            cls = implementing(location_kind(os.environ.get(ENV_VAR) if location is None
+                                             else location))
         return super().__new__(cls)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -361,10 +339,15 @@ class Catalog:
 
     @_operation
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
-                       segment_from: int | None = None) -> list[EpochRecord]:
+                       segment_from: int | None = None, after: Any = None,
+                       limit: int | None = None) -> list[EpochRecord]:
         """The index entries of ``partition`` of ``topic`` (every complete retained epoch with
-        data), sorted by time's first component; ``min_t0`` keeps only times whose first
-        component (the time itself for a total order) is ``>= min_t0``."""
+        data), sorted by time's first component, then by its stored text (a total order of the
+        index, not a linear extension of a product order); ``min_t0`` keeps only times whose
+        first component (the time itself for a total order) is ``>= min_t0``. A page: at most
+        ``limit`` (a positive int) entries, after the time ``after`` in that order (the next
+        page: ``after`` the last entry of this one; none skipped or repeated, however many
+        times share a first component)."""
 
     @_operation
     def history_epoch(self, topic: str, partition: int, time: Any) -> EpochRecord | None:

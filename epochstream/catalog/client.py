@@ -349,8 +349,11 @@ class RemoteCatalog(Catalog):
         return self._call("retention_limits", topic)
 
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
-                       segment_from: int | None = None) -> list[EpochRecord]:
-        return self._call("history_epochs", topic, partition, min_t0=min_t0, segment_from=segment_from)
+                       segment_from: int | None = None, after: Any = None,
+                       limit: int | None = None) -> list[EpochRecord]:
+        page = {k: v for k, v in (("after", after), ("limit", limit)) if v is not None}
+        return self._call("history_epochs", topic, partition, min_t0=min_t0,  # (an older
+                          segment_from=segment_from, **page)  # server knows no page arguments)
 
     def history_epoch(self, topic: str, partition: int, time: Any) -> EpochRecord | None:
         return self._call("history_epoch", topic, partition, time)

@@ -52,6 +52,7 @@ import time
 from typing import Any
 
 from .groups import GroupTables
+from .history_ddl import HISTORY_DDL, STORE_COLUMNS
 from .history_records import (DurableInfo, EpochRecord, HistoryState, decode_time, encode_time,
                               position_available)
 from .holders import check_holder, holder_alive
@@ -67,62 +68,6 @@ from ..retention import SegmentStat
 
 __all__ = ["HISTORY_DDL", "STORE_COLUMNS", "HistoryTables", "EpochRecord", "HistoryState",
            "DurableInfo", "encode_time", "decode_time", "position_available"]
-
-HISTORY_DDL = (
-    """CREATE TABLE IF NOT EXISTS history_partitions (
-        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
-        idx INTEGER NOT NULL CHECK (idx >= 0),
-        dir TEXT NOT NULL,
-        since TEXT NOT NULL,
-        lower TEXT NOT NULL,
-        upper TEXT NOT NULL,
-        segment INTEGER NOT NULL,
-        committed INTEGER NOT NULL,
-        updated_at REAL NOT NULL,
-        PRIMARY KEY (topic, idx))""",
-    """CREATE TABLE IF NOT EXISTS history_segments (
-        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
-        idx INTEGER NOT NULL,
-        seq INTEGER NOT NULL,
-        since TEXT NOT NULL,
-        nbytes INTEGER NOT NULL DEFAULT 0,
-        epochs INTEGER NOT NULL DEFAULT 0,
-        created_at REAL NOT NULL,
-        last_completed REAL,
-        PRIMARY KEY (topic, idx, seq))""",
-    """CREATE TABLE IF NOT EXISTS history_epochs (
-        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
-        idx INTEGER NOT NULL,
-        time TEXT NOT NULL,
-        t0 INTEGER NOT NULL,
-        seq INTEGER NOT NULL,
-        extents TEXT NOT NULL,
-        nbytes INTEGER NOT NULL,
-        messages INTEGER NOT NULL,
-        crc INTEGER NOT NULL,
-        completed_at REAL NOT NULL,
-        PRIMARY KEY (topic, idx, time))""",
-    "CREATE INDEX IF NOT EXISTS history_epochs_t0 ON history_epochs (topic, idx, t0)",
-    """CREATE TABLE IF NOT EXISTS durables (
-        topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
-        name TEXT NOT NULL,
-        position TEXT,
-        acked TEXT NOT NULL DEFAULT '[]',
-        state TEXT NOT NULL CHECK (state IN ('active', 'expired')),
-        holder TEXT,
-        holder_pid INTEGER,
-        holder_pid_start REAL,
-        holder_host TEXT,
-        created_at REAL NOT NULL,
-        acked_at REAL,
-        reason TEXT,
-        PRIMARY KEY (topic, name))""",
-)
-
-
-STORE_COLUMNS = (("history_partitions", "store", "TEXT"), ("history_segments", "object", "TEXT"),
-                 ("history_segments", "object_bytes", "INTEGER"))
-"""``(table, column, type)`` added by schema version 9: a log's objects (module docstring)."""
 
 _SEGMENT_COLUMNS = "seq, nbytes, epochs, last_completed, object, object_bytes"
 _EPOCH_SELECT = ("SELECT e.time, e.seq, e.extents, e.nbytes, e.messages, e.crc, e.completed_at, "
@@ -357,17 +302,31 @@ class HistoryTables:
 
     @retried
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
-                       segment_from: int | None = None) -> list[EpochRecord]:
+                       segment_from: int | None = None, after: Any = None,
+                       limit: int | None = None) -> list[EpochRecord]:
         sql = _EPOCH_SELECT + " WHERE e.topic = ? AND e.idx = ?"
         args: list = [topic, partition]
-        if min_t0 is not None:
+        if after is not None:  # the rows after it in the order below (t0, then the stored text)
+            after = tuple(after) if isinstance(after, list) else after
+            if not all(type(x) is int for x in (after if isinstance(after, tuple) and after
+                                                else (after,))):
+                raise CatalogError(f"history_epochs: after must be a time, got {after!r}")
+            sql += " AND (e.t0 > ? OR e.time > ?)"
+            args += [_t0(after), encode_time(after)]
+            min_t0 = _t0(after) if min_t0 is None else max(min_t0, _t0(after))
+        if min_t0 is not None:  # (one lower bound: the index's range starts there)
             sql += " AND e.t0 >= ?"
             args.append(min_t0)
         if segment_from is not None:
             sql += " AND e.seq >= ?"
             args.append(segment_from)
+        sql += " ORDER BY e.t0, e.time"
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise CatalogError(f"history_epochs: limit must be a positive int, got {limit!r}")
+            sql += f" LIMIT {limit}"
         with self._store.read() as conn:
-            rows = conn.execute(sql + " ORDER BY e.t0, e.time", args).fetchall()
+            rows = conn.execute(sql, args).fetchall()
         return [_epoch(partition, r) for r in rows]
 
     @retried

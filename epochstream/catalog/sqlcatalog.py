@@ -280,9 +280,10 @@ class SqlCatalog(Catalog):
         return self._retention.retention_limits(topic)
 
     def history_epochs(self, topic: str, partition: int, *, min_t0: int | None = None,
-                       segment_from: int | None = None) -> list[EpochRecord]:
+                       segment_from: int | None = None, after: Any = None,
+                       limit: int | None = None) -> list[EpochRecord]:
         return self._history.history_epochs(topic, partition, min_t0=min_t0,
-                                            segment_from=segment_from)
+                                            segment_from=segment_from, after=after, limit=limit)
 
     def history_epoch(self, topic: str, partition: int, time: Any) -> EpochRecord | None:
         return self._history.history_epoch(topic, partition, time)

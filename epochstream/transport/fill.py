@@ -12,25 +12,29 @@ supply (``A <= t <= u``) and the partitions whose logs it needs; each is checked
 retains everything from ``A`` on) or the join fails with
 :class:`~epochstream.errors.HistoryUnavailable` (a durable subscription:
 :class:`~epochstream.errors.SubscriptionExpired`). From then on, before every merged frontier
-change, the wanted epochs that the merged lower frontier now says complete are read from the
-index (a publisher indexes an epoch before it sends the frontier update that completes it, so
-they are all there) and handed out, whole, as a :class:`HistoryBatch` ahead of the update: an
-order consistent with the partial order, since no live epoch is ``<=`` a wanted one.
+change, the wanted epochs that the merged lower frontier now says complete (a publisher
+indexes an epoch before it sends the frontier update that completes it, so they are all in the
+index) are handed out, whole, as a :class:`HistoryBatch` ahead of the update: an order
+consistent with the partial order, since no live epoch is ``<=`` a wanted one. A batch reads
+their index rows a page at a time (:mod:`~epochstream.transport.fill_pages`) as its reader
+reaches them, the live events behind it held back meanwhile; which epochs it owes is fixed
+when it is made (wanted, complete at its lower frontier, and owed by no earlier batch: not
+complete at an earlier one's), so a later batch never repeats what an earlier one still reads.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from ..catalog import Catalog
 from ..errors import HistoryUnavailable, SubscriptionExpired
 from ..events import DataMessage, Epoch, LowerFrontierUpdate
 from ..frontier import Antichain, join
-from ..order import linear_extension
 from ..position import HistoryJoin
 from .durable import DurableCursor
+from .fill_pages import IndexPages, raise_t0, t0
 from .filtering import FilterSession
 
 __all__ = ["HistoryFill", "HistoryBatch", "Rejoined"]
@@ -38,11 +42,13 @@ __all__ = ["HistoryFill", "HistoryBatch", "Rejoined"]
 
 @dataclasses.dataclass(frozen=True)
 class HistoryBatch:
-    """Internal event: complete epochs to hand out from history, ``[(time, [EpochRecord])]``
-    in a linear extension of the order; ``lower``: the merged lower frontier they are complete
-    against (the frontier update that follows the batch moves to it)."""
+    """Internal event: complete epochs to hand out from history, their index rows read a page
+    at a time (``pages``: :class:`~epochstream.transport.fill_pages.IndexPages`, chunks of
+    ``[(time, [EpochRecord])]`` in a linear extension of the order); ``lower``: the merged
+    lower frontier they are complete against (the frontier update that follows the batch moves
+    to it)."""
 
-    epochs: list
+    pages: IndexPages
     lower: tuple
 
 
@@ -76,7 +82,7 @@ class HistoryFill:
         # can still serve the reads (docs/history.md, "Remote history")
         self._unread = 0
         self._retire_later: set = set()
-        self._served: set = set()
+        self._prior: list = []  # the lowers of this join's earlier batches (Antichains)
         self._lower: tuple | None = None
         self._t0: int | None = None
         self._needed: tuple = ()
@@ -135,7 +141,7 @@ class HistoryFill:
                                f"on, after the position {list(position)}")
                 self._retained = tuple(s.since)
                 return False
-        self.join, self._served, self._lower = hj, set(), None
+        self.join, self._prior, self._lower = hj, [], None
         self._needed = tuple(needed)
         t0s = [a[0] if isinstance(a, tuple) else a for a in hj.position]
         self._t0 = min(t0s) if t0s else None
@@ -162,59 +168,80 @@ class HistoryFill:
     def insert(self, outputs: list, lower: tuple) -> list:
         """Insert the wanted epochs that the merged lower frontier ``lower`` now says complete
         (one :class:`HistoryBatch`) ahead of the first frontier change in ``outputs`` (at the
-        end if there is none); the index is read only when ``lower`` moved."""
+        end if there is none); only when ``lower`` moved, and reading one page of the index
+        per partition here (the rest as the batch is read)."""
         fill = self.join
         if lower == self._lower:
             return outputs
         served_to, self._lower = self._lower, lower
-        low = Antichain(self.order, lower)
-        by_time: dict = {}
-        for p in self._catalog.history_states(self.topic):
-            for r in self._catalog.history_epochs(self.topic, p, min_t0=self._t0):
-                t = r.time
-                if t in self._served or low.less_equal(t) or not fill.wanted(t):
-                    continue
-                by_time.setdefault(t, []).append(r)
-        self._check_retained(fill, served_to)
+        pages = self._pages(fill, lower, served_to)
+        some = pages.prime()
+        owed = self._owed(fill, served_to)
+        for p in set(self._needed) - set(pages.partitions):  # (keeps no log: no pages)
+            self._check_retained(fill, owed, p, None)
+        new = Antichain(self.order, lower)
+        self._prior = [a for a in self._prior if not all(a.less_equal(x) for x in new)]
+        self._prior.append(new)  # (an earlier lower at or before this one says nothing more)
         if fill.settled(lower):
             self.join = None
         else:  # later epochs are at or beyond this lower frontier
-            t0s = [t[0] if isinstance(t, tuple) else t for t in lower]
+            t0s = [t0(t) for t in lower]
             if t0s:
                 self._t0 = max(self._t0 or min(t0s), min(t0s))
-        if not by_time:
+        if not some:
             self._retire_finished()  # (with a batch: once it is read)
             return outputs
-        self._served.update(by_time)
         self._unread += 1
-        self._stats["history_epochs"] += len(by_time)
-        batch = HistoryBatch([(t, by_time[t]) for t in linear_extension(self.order, by_time)],
-                             lower)
+        batch = HistoryBatch(pages, lower)
         first = next((i for i, m in enumerate(outputs) if type(m) is LowerFrontierUpdate),
                      len(outputs))
         return [*outputs[:first], batch, *outputs[first:]]
 
-    def _check_retained(self, fill: HistoryJoin, served_to) -> None:
-        """After reading the index: raise :class:`HistoryUnavailable` (durable:
-        :class:`SubscriptionExpired`) if retention moved a needed partition's ``since`` past
-        an epoch the fill still owes — at or beyond the position and not served yet, i.e. at
-        or beyond ``join(position, served_to)`` — so that epoch is never skipped silently, nor
-        served with only the partitions that still hold it."""
-        owed = tuple(fill.position) if served_to is None else \
-            join(self.order, fill.position, served_to)
+    def _pages(self, fill: HistoryJoin, lower: tuple, served_to) -> IndexPages:
+        """The index pages of the batch of ``lower``: the wanted epochs complete at it that no
+        earlier batch owes (each owes those not complete at the lower before it), read from
+        the first component this join still needs on."""
+        low, prior, wanted = Antichain(self.order, lower), tuple(self._prior), fill.wanted
+        needed, owed = set(self._needed), self._owed(fill, served_to)
+
+        def keep(t) -> bool:
+            return (wanted(t) and not low.less_equal(t)
+                    and all(a.less_equal(t) for a in prior))
+
+        def check(p: int, after) -> None:
+            if p in needed:
+                self._check_retained(fill, owed, p, after)
+        uppers = [t0(u) for u in fill.uppers]
+        return IndexPages(self._catalog, self.topic, self.order,
+                          self._catalog.history_states(self.topic), min_t0=self._t0,
+                          max_t0=max(uppers) if uppers else None, keep=keep, check=check)
+
+    @staticmethod
+    def _owed(fill: HistoryJoin, served_to) -> tuple:
+        """Where the epochs a batch owes are: at or beyond ``join(position, served_to)``."""
+        return tuple(fill.position) if served_to is None else \
+            join(fill.order, fill.position, served_to)
+
+    def _check_retained(self, fill: HistoryJoin, owed: tuple, p: int, after) -> None:
+        """After reading the index of partition ``p`` (after the time ``after``, ``None``:
+        from its start): raise :class:`HistoryUnavailable` (durable:
+        :class:`SubscriptionExpired`) if retention moved its ``since`` past an epoch the fill
+        still owes — at or beyond ``owed`` (``join(position, served_to)``) and, read after
+        ``after``, with a first component at least ``after``'s — so that epoch is never
+        skipped silently, nor served with only the partitions that still hold it."""
         if not owed:
             return
-        states = self._catalog.history_states(self.topic)
-        for p in self._needed:
-            s = states.get(p)
-            since = Antichain(self.order, () if s is None else s.since)
-            if s is None or not all(since.less_equal(a) for a in owed):
-                self.join = None
-                self._error = (f"retention of partition {p} deleted epochs this subscriber "
-                               f"still had to read from its log (it retains epochs only from "
-                               f"{list(s.since) if s else []} on)")
-                self._retained = tuple(s.since) if s else None
-                raise self.unavailable(fill.position)
+        if after is not None:
+            owed = tuple(raise_t0(a, t0(after)) for a in owed)
+        s = self._catalog.history_state(self.topic, p)
+        since = Antichain(self.order, () if s is None else s.since)
+        if s is None or not all(since.less_equal(a) for a in owed):
+            self.join = None
+            self._error = (f"retention of partition {p} deleted epochs this subscriber "
+                           f"still had to read from its log (it retains epochs only from "
+                           f"{list(s.since) if s else []} on)")
+            self._retained = tuple(s.since) if s else None
+            raise self.unavailable(fill.position)
 
     def defer_retire(self, partition: int) -> bool:
         """A partition finished: True if its goodbye must wait for the fill (a batch unread,
@@ -236,22 +263,36 @@ class HistoryFill:
         self._retire_finished()
 
     # -- the epochs ------------------------------------------------------------------------
-    def epochs(self, batch: HistoryBatch, now: float) -> Iterator[Epoch]:
+    def _chunks(self, batch: HistoryBatch) -> Iterator[tuple[list, Any]]:
+        for chunk, bound in batch.pages.chunks():
+            self._stats["history_epochs"] += len(chunk)
+            yield chunk, bound
+
+    def epochs(self, batch: HistoryBatch, now: float,
+               on_chunk: Callable[[list, Any], None] | None = None) -> Iterator[Epoch]:
         """Read, check, decode, re-check against the filter and combine each epoch of
         ``batch`` (``now``: its ``released_at``); an epoch nothing of which matches is left
-        out. Raises :class:`HistoryUnavailable` (a durable subscription:
+        out. ``on_chunk(times, bound)`` is told each chunk's times before its epochs (every
+        later epoch of the batch has a first component ``>= bound``; ``None``: it is the last
+        chunk). Raises :class:`HistoryUnavailable` (a durable subscription:
         :class:`SubscriptionExpired`) if retention deleted an epoch before it was read."""
         try:
-            yield from self._epochs(self.reader(), batch, now)
+            reader = self.reader()
+            for chunk, bound in self._chunks(batch):
+                if on_chunk is not None:
+                    on_chunk([t for t, _ in chunk], bound)
+                yield from self._epochs(reader, chunk, now)
         finally:  # read to the end, failed or abandoned: the publishers need not wait for it
             self._batch_read()
 
-    def _epochs(self, reader, batch: HistoryBatch, now: float) -> Iterator[Epoch]:
+    def _epochs(self, reader, chunk: list, now: float) -> Iterator[Epoch]:
         decode, combine, filters = self.codec.decode, self.codec.combine, self._filters
-        epochs = reader.read(batch.epochs)
+        epochs = reader.read(chunk)
         while True:
             try:
                 item = next(epochs, None)
+            except SubscriptionExpired:
+                raise
             except HistoryUnavailable as e:  # retention deleted it while we caught up
                 durable = self.durable
                 if durable is None or e.retained is None:  # (not: the publisher is gone)
@@ -276,15 +317,17 @@ class HistoryFill:
         re-checked against the filter."""
         decode, filters, durable = self.codec.decode, self._filters, self.durable
         try:
-            for t, _recs, payloads in self.reader().read(batch.epochs):
-                if durable is not None and durable.skips(t):
-                    continue
-                for _, payload in payloads:
-                    records = decode(payload)
-                    if filters.program is not None:
-                        records = filters.recheck(t, records)
-                        if records is None:
-                            continue
-                    yield DataMessage(t, records, len(payload))
+            reader = self.reader()
+            for chunk, _ in self._chunks(batch):
+                for t, _recs, payloads in reader.read(chunk):
+                    if durable is not None and durable.skips(t):
+                        continue
+                    for _, payload in payloads:
+                        records = decode(payload)
+                        if filters.program is not None:
+                            records = filters.recheck(t, records)
+                            if records is None:
+                                continue
+                        yield DataMessage(t, records, len(payload))
         finally:
             self._batch_read()

@@ -24,6 +24,7 @@ from ..frontier import Antichain
 from ..assembler import EpochAssembler
 from .durable import DurableCursor
 from .fill import HistoryBatch, HistoryFill, Rejoined
+from .fill_pages import raise_t0
 
 __all__ = ["Release"]
 
@@ -82,14 +83,31 @@ class Release:
     def _history(self, batch: HistoryBatch) -> Iterator:
         durable = self.durable
         acks = durable.acks if durable is not None else None
-        if acks is not None:  # as for released epochs: the whole batch at once, and the
-            for t, _ in batch.epochs:  # frontier: its lower, held back by the live epochs
-                acks.released(t)       # the following update releases
-            low = Antichain(self.order, batch.lower)
-            durable.frontier([*batch.lower, *(t for t in self.assembler.pending
-                                              if not low.less_equal(t))])
-        released = set()
-        for epoch in self.fill.epochs(batch, _time.time()):
+        released: set = set()
+        told: list = []  # the times of the chunk being handed out
+
+        def frontier(bound) -> None:  # its lower, held back by the live epochs the following
+            low = Antichain(self.order, batch.lower)  # update releases, and (``bound``) by
+            held = [*batch.lower, *(t for t in self.assembler.pending  # the batch's epochs
+                                    if not low.less_equal(t))]  # still to come
+            if bound is not None:
+                held += [raise_t0(a, bound) for a in floor]
+            durable.frontier(held)
+
+        def on_chunk(times: list, bound) -> None:
+            skip_unreleased()
+            told[:] = times
+            for t in times:  # as for released epochs: the chunk at once, then the frontier
+                acks.released(t)
+            frontier(bound)
+
+        def skip_unreleased() -> None:  # nothing of it matched the filter: as an epoch
+            for t in told:                # without data, it needs no ack
+                if t not in released:
+                    acks.skip(t)
+            released.clear()
+        floor = acks.floor if acks is not None else ()
+        for epoch in self.fill.epochs(batch, _time.time(), on_chunk if acks else None):
             released.add(epoch.time)
             if acks is not None:
                 if acks.skips(epoch.time):
@@ -98,7 +116,6 @@ class Release:
                 acks.handed_out(epoch.time)
             self.last_epoch = epoch.time
             yield epoch
-        if acks is not None and len(released) < len(batch.epochs):
-            for t, _ in batch.epochs:  # nothing of it matched the filter: as an epoch
-                if t not in released:   # without data, it needs no ack
-                    acks.skip(t)
+        if acks is not None:
+            skip_unreleased()
+            frontier(None)
