@@ -275,3 +275,11 @@ def test_arrow_schema_measurement_tiny():
     assert set(out["us_per_call"]) == {"decode_today", "decode_batch_only", "encode_writer",
                                        "encode_today"}
     assert out["schema_message_bytes"] < out["batch_message_bytes"] < out["payload_bytes"]
+
+
+def test_profile_pubsub_tiny():
+    """The per-thread profile of 1-record messages: every record arrives, each side's CPU."""
+    from benchmarks import profile_pubsub
+    r = profile_pubsub.one(0.3)
+    assert r["records"] > 0 and r["records_per_s"] > 0
+    assert r["caller_us"] > 0 and r["loop_us"] > 0 and r["subscriber_us"] > 0
