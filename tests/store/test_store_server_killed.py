@@ -72,6 +72,7 @@ def indexed_objects_whole(cat, topic, store: str) -> list[str]:
     return bad
 
 
+@pytest.mark.heavy  # (~40 s for the four: the S3 server stopped, killed -9 and restarted)
 @pytest.mark.parametrize("client", ["uri", "one-attempt"])
 @pytest.mark.parametrize("mode", ["sealed", "frontier"])
 def test_store_killed_mid_put_and_restarted(tmp_path, monkeypatch, mode, client):

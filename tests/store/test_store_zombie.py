@@ -38,6 +38,7 @@ def stopped(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
+@pytest.mark.heavy  # (~60 s for the six: SIGSTOP past a lease, a successor, PostgreSQL and S3)
 @pytest.mark.parametrize("point,segment,successor", [
     ("uploaded", 1 << 20, "live"), ("indexed", 1 << 20, "live"), ("committed", 1 << 20, "live"),
     ("uploaded", 16384, "live"), ("indexed", 1 << 20, "closed"), ("uploaded", 1 << 20, "killed")])
