@@ -127,7 +127,12 @@ class LogDriver:
         if every is not None and now - self._last_expire >= every and not self._unsent \
                 and self.error is None and not self._closed:
             self._last_expire = now
-            self._log.expire(_time.time())
+            try:
+                self._log.expire(_time.time())
+            except HistoryWriteError as e:  # an idle roll refused (Fenced): as in commit()
+                self._fail(e)
+            except Fenced as e:
+                self._fenced(e)
 
     def _fenced(self, e: Fenced) -> None:
         """The catalog refused the log's index write (:class:`~epochstream.errors.Fenced`):
