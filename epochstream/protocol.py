@@ -329,7 +329,9 @@ class SubscriberProtocol:
         return [self.deliver_message(time, data, nbytes)]
 
     def deliver_message(self, time, data, nbytes: int = 0) -> DataMessage:
-        """:meth:`deliver` returning the one :class:`DataMessage` itself."""
+        """:meth:`deliver` returning the one :class:`DataMessage` itself (``nbytes``: the
+        encoded payload's size in bytes). Raises :class:`ProtocolError` if ``time`` is behind
+        the merged lower frontier."""
         if not self._lower.less_equal(time):
             raise ProtocolError(
                 f"data at time {time!r} is behind the merged lower frontier {list(self.lower)!r}")

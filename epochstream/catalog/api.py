@@ -347,7 +347,8 @@ class Catalog:
         first component (the time itself for a total order) is ``>= min_t0``. A page: at most
         ``limit`` (a positive int) entries, after the time ``after`` in that order (the next
         page: ``after`` the last entry of this one; none skipped or repeated, however many
-        times share a first component)."""
+        times share a first component). :class:`CatalogError` for a ``limit`` that is not a
+        positive int or an ``after`` that is not a time."""
 
     @_operation
     def history_epoch(self, topic: str, partition: int, time: Any) -> EpochRecord | None:

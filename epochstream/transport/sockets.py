@@ -41,6 +41,7 @@ from typing import Any, Callable
 import zmq
 
 from ..security import apply_client, apply_server
+from ..wire2 import DATA2
 
 __all__ = ["SENT", "FULL", "GONE", "bind_router", "connect_dealer", "transmit_to", "receive_from",
            "inproc_pair", "connection_of", "cut", "KEEPALIVE_INTERVAL_S", "KEEPALIVE_PROBES"]
@@ -209,11 +210,12 @@ def receive_from(sock: zmq.Socket) -> Callable[[], list]:
     base = super(zmq.Socket, sock)
     recv, get = base.recv, base.get
     noblock, view, rcvmore = int(zmq.NOBLOCK), VIEW_FRAME_BYTES, int(zmq.RCVMORE)
+    kind, version = DATA2  # b"D\x02" as two ints: the first frame's bytes 0 and 1
 
     def receive() -> list:
         first = recv(noblock, True)
         n = len(first)
-        if n > 12 and first[0] == 68 and first[1] == 2 and n > 4 + 8 * (first[2] or 1):
+        if n > 12 and first[0] == kind and first[1] == version and n > 4 + 8 * (first[2] or 1):
             return [first]  # b"D\x02", arity, flags, time, payload: one whole v2 data message
         frames = [first]
         if get(rcvmore):
