@@ -899,7 +899,9 @@ def test_a_waiting_lookup_is_woken_by_postgres_notify(pg_url):
 def test_a_waiting_lookup_does_not_poll_postgres_every_50_ms(pg_url, postgres):
     """A lookup waiting 2 s for a topic that does not come reads the catalog about twice (the
     once-a-second fallback), not forty times (SQLite's 50 ms poll): counted in the server's own
-    statistics of committed transactions of the database."""
+    statistics of committed transactions of the database. Each new session also commits its
+    set-up (``idle_in_transaction_session_timeout``, catalog/store_postgres.py), so the bound
+    is 20: half of what a 50 ms poll would make."""
     import psycopg
 
     cat = Catalog(pg_url)
@@ -915,5 +917,5 @@ def test_a_waiting_lookup_does_not_poll_postgres_every_50_ms(pg_url, postgres):
     with pytest.raises(TopicNotFound):
         cat.lookup("never", wait=2.0)
     time.sleep(0.6)  # the statistics collector's delay (stats_fetch_consistency, flushes)
-    assert commits() - before <= 12, "the waiter polled the database"
+    assert commits() - before <= 20, "the waiter polled the database"
     cat.close()
