@@ -29,7 +29,7 @@ from .codecs import CODECS, ArrowCodec, MsgpackCodec, codec
 from .errors import WireError
 from .events import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
 from .wire2 import (DATA2, MAX_ARITY, WIRE_VERSIONS, V2Renderer, choose_wire, data_decoder,  # noqa: F401
-                    data_header2, decode_data2, encode_data2)
+                    data_header2, decode_data2, decoder_for, encode_data2)
 
 __all__ = ["VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HELLO", "PING", "BYE",
            "CREDIT", "READ", "HISTORY", "UPDATE", "encode_history", "decode_history",
@@ -38,7 +38,7 @@ __all__ = ["VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HE
            "decode_time", "codec", "CODECS", "MsgpackCodec", "ArrowCodec", "CONTROL_SCHEMAS",
            "ControlField", "encode_time", "decode_snapshot_meta", "MAX_ID_CHARS", "MAX_COUNT",
            "DATA2", "WIRE_VERSIONS", "data_header2", "encode_data2", "V2Renderer", "data_decoder",
-           "decode_data2", "choose_wire", "MAX_ARITY"]
+           "decoder_for", "decode_data2", "choose_wire", "MAX_ARITY"]
 
 VERSION = 1
 _V = bytes([VERSION])

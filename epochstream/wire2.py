@@ -33,6 +33,7 @@ import msgpack
 from .errors import WireError
 
 __all__ = ["DATA2", "MAX_ARITY", "SPLIT_BYTES", "VIEW_BYTES", "header_size", "data_header2", "encode_data2",
+           "decoder_for",
            "V2Renderer", "data_decoder", "decode_data2", "choose_wire", "WIRE_VERSIONS"]
 
 DATA2 = b"D\x02"
@@ -189,6 +190,18 @@ def data_decoder(arity: int) -> Callable[[list], tuple[Any, Any]]:
             return decode_data2(frames, arity)
         return vals[3:], f[size:] if len(f) <= view else memoryview(f)[size:]
     return decode_product
+
+
+def decoder_for(order) -> Callable[[list], tuple[Any, Any]]:
+    """The fast v2 data decoder (:func:`data_decoder`) for ``order``'s times (total: arity 0,
+    ``product(n)``: n), or :func:`decode_data2` for any other order (the protocol checks the
+    times either way)."""
+    if getattr(order, "name", None) == "total":
+        return data_decoder(0)
+    width = getattr(order, "width", None)
+    if type(width) is int and 1 <= width <= MAX_ARITY:
+        return data_decoder(width)
+    return decode_data2
 
 
 def choose_wire(offered, speaks: int = 2) -> int | None:

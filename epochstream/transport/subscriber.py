@@ -299,7 +299,7 @@ class Subscriber:
                     yield pending.popleft()
                 last = _time.monotonic()  # the timeout counts from the last event taken
                 continue
-            got = self.step_events(0.1)
+            got = self._step_events(0.1)
             if got is None:
                 return
             if not got and timeout is not None and _time.monotonic() - last > timeout:
@@ -317,6 +317,10 @@ class Subscriber:
         stream ended (every partition finished, every event handed out). Raises what
         :meth:`events` raises, after the events that arrived before the failure. Wait on
         :attr:`sockets` between steps. Not to be mixed with :meth:`epochs`/:meth:`fetch`."""
+        self._join.links.unsettle_all()  # an outside wait on the sockets takes their signals
+        return self._step_events(timeout)
+
+    def _step_events(self, timeout: float) -> list | None:
         join = self._join
         got = join.poll(timeout)
         if not got:
@@ -430,7 +434,9 @@ class Subscriber:
 
     def close(self) -> None:
         """Say goodbye to every publisher (so it frees our state at once), close the sockets,
-        and release a durable subscription's hold in the catalog."""
+        and release a durable subscription's hold in the catalog. May be called from another
+        thread: one iterating :meth:`epochs`/:meth:`events` meanwhile ends its wait at once and
+        raises ``ValueError`` (the subscriber was closed)."""
         if self._closed:
             return
         self._closed = True

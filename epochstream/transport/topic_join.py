@@ -8,11 +8,8 @@ replaced by a re-join), the liveness policy, the recovery decisions (:class:`~.r
 and the events read but not handed out yet, with the failure to raise once they are out. It
 inserts the history fill's epochs (:class:`~.fill.HistoryFill`) ahead of the frontier changes
 that complete them. Data payloads stay encoded here; the subscriber decodes what it hands out.
-
-The hot path is :meth:`TopicJoin.poll` → ``_read`` → ``_handle`` → ``_data``: the filter
-verdict is cached per raw header for this join, so most data messages cost one dict lookup
-before :meth:`~epochstream.protocol.SubscriberProtocol.deliver`.
-"""
+The hot path is :meth:`TopicJoin.poll` → ``_read`` → ``_drain`` → ``_handle`` → ``_data`` (the
+filter verdict cached per raw header: most data messages cost one dict lookup)."""
 
 from __future__ import annotations
 
@@ -105,7 +102,7 @@ class TopicJoin:
         self.stats, self.gaps = stats, gaps
         self._check = getattr(s.order, "check", None)
         self.wire = s.wire
-        self._decode2 = _data_decoder(s.order)
+        self._decode2 = wire.decoder_for(s.order)
         self.links = PartitionLinks(ctx, rcvhwm=s.rcvhwm, ping_interval=s.ping_interval,
                                     security=s.security, credit=s.credit)
         self.liveness = Liveness(s.timeout, s.ping_interval)
@@ -369,7 +366,13 @@ class TopicJoin:
 
     def _read(self, timeout_s: float | None) -> None:
         """One poll: read what arrived (outputs go to ``_parked``), ping, check liveness."""
+        with self.links.lock:  # (retire_all, from a closing thread, waits for the pass)
+            self._read_pass(timeout_s)
+
+    def _read_pass(self, timeout_s: float | None) -> None:
         liveness, links = self.liveness, self.links
+        if links.closed:  # (Subscriber.close() from another thread while this one iterates)
+            raise ValueError(f"topic {self.topic!r}: the subscriber was closed")
         if not links:
             if liveness.awaiting:  # every socket retired, waiting for a new publisher
                 _time.sleep(min(0.05, timeout_s if timeout_s is not None else 0.05))
@@ -395,7 +398,7 @@ class TopicJoin:
 
     def _drain(self, events, now: float, received: list) -> None:
         """Read what the poll found (``_DRAIN`` messages a socket at most) into received[0]."""
-        links, protocol = self.links, self.protocol
+        links, protocol, settled = self.links, self.protocol, self.links.unsettled.pop
         handle, queue, heard, live = self._handle, self._queue, self.liveness.heard, links.by_partition
         n = 0
         try:
@@ -408,6 +411,7 @@ class TopicJoin:
                     try:
                         frames = receive()
                     except zmq.Again:
+                        settled(s, None)  # its zmq.FD signals the next message
                         break
                     n += 1
                     heard(partition, now)
@@ -461,20 +465,15 @@ class TopicJoin:
                 f"one every {hb} s when idle)", partition=partition)
 
     def retire_all(self) -> None:
-        """Say goodbye to every live partition and close its link."""
-        for partition in list(self.links.live()):
-            self.retire(partition)
-
-
-def _data_decoder(order):
-    """The fast v2 data decoder for ``order``'s times (total: arity 0, ``product(n)``: n), or
-    the general one for any other order (the protocol checks the times either way)."""
-    if getattr(order, "name", None) == "total":
-        return wire.data_decoder(0)
-    width = getattr(order, "width", None)
-    if type(width) is int and 1 <= width <= wire.MAX_ARITY:
-        return wire.data_decoder(width)
-    return wire.decode_data2
+        """Closing: say goodbye to every live partition, close its link and the links' wait (a
+        thread iterating meanwhile gets ``ValueError`` at its next pass)."""
+        links = self.links
+        links.closed = True
+        links.interrupt()  # a pass waiting in another thread ends now, and gives up the lock
+        with links.lock:
+            for partition in list(links.live()):
+                self.retire(partition)
+            links.close()
 
 
 def _weak(method):
