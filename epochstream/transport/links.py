@@ -100,7 +100,7 @@ class PartitionLinks:
         return True
 
     def poll(self, timeout_ms: int | None) -> list:
-        """``[(socket, zmq.POLLIN), ...]``: the links that may be readable, waiting up to
+        """``[socket, ...]``: the links that may be readable, waiting up to
         ``timeout_ms`` milliseconds (``None``: until one may be) when none is unsettled. The
         reader calls :meth:`settled` for each socket it read until ``zmq.Again``; the others stay
         unsettled and are handed out again. ``timeout_ms == 0`` (a non-blocking step, between
@@ -121,7 +121,7 @@ class PartitionLinks:
                     unsettled[s] = None
                 elif fd == self._wake:
                     os.eventfd_read(fd)
-        return [(s, zmq.POLLIN) for s in unsettled]
+        return list(unsettled)
 
     def settled(self, s: zmq.Socket) -> None:
         """``s`` was read until ``zmq.Again``: its ``zmq.FD`` signals the next message."""

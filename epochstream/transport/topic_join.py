@@ -402,7 +402,7 @@ class TopicJoin:
         handle, queue, heard, live = self._handle, self._queue, self.liveness.heard, links.by_partition
         n = 0
         try:
-            for s, _ in events:
+            for s in events:
                 partition = links.partition_of.get(s)
                 if partition is None:
                     continue
