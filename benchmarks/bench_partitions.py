@@ -91,6 +91,74 @@ def poll_cost(counts, seconds: float = 0.3) -> list[dict]:
     return out
 
 
+def pass_cost(counts, seconds: float = 0.5) -> list[dict]:
+    """CPU of one subscriber read pass when one of ``n`` links has a message, µs: a ROUTER sends
+    one message to link ``i % n``; the pass waits for it and reads that link until
+    ``zmq.Again``. ``poller``: a ``zmq.Poller`` over every link (the wait before 2026-11-27);
+    ``epoll``: :meth:`PartitionLinks.poll <epochstream.transport.links.PartitionLinks.poll>`
+    (transport/links.py). Both wait on the same real ``PartitionLinks`` sockets, in one
+    process (the ROUTER's send is in both figures), interleaved."""
+    import zmq
+    from epochstream.transport.links import PartitionLinks
+    out = []
+    for n in counts:
+        ctx = zmq.Context()
+        ctx.set(zmq.MAX_SOCKETS, 8192)
+        router = ctx.socket(zmq.ROUTER)
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        links = PartitionLinks(ctx, rcvhwm=1000, ping_interval=1.0, security=None, credit=None)
+        try:
+            for k in range(n):
+                links.connect(k, f"tcp://127.0.0.1:{port}", {"topic": "pass-cost"})
+            idents = [router.recv_multipart()[0] for _ in range(n)]  # the hellos, in any order
+            poller = zmq.Poller()
+            for sk in links.partition_of:
+                poller.register(sk, zmq.POLLIN)
+            row = {"sockets": n}
+            for rep in range(2):  # interleaved: poller, epoll, poller, epoll
+                for variant in ("poller", "epoll"):
+                    if variant == "poller":
+                        def wait(ms, poll=poller.poll):
+                            return [sk for sk, _ in poll(ms)]
+                    else:
+                        wait = links.poll
+                    links.poll(0)  # settle every link (read until zmq.Again)
+                    for sk in list(links.unsettled):
+                        _read_all(links, sk)
+                    passes, i, t0, c0 = 0, 0, time.monotonic(), time.process_time()
+                    while time.monotonic() - t0 < seconds / 2:
+                        router.send_multipart([idents[i % n], b"x" * 64])
+                        i += 1
+                        got = 0
+                        while not got:
+                            for sk in wait(1000):
+                                got += _read_all(links, sk)
+                            passes += 1
+                    cpu = (time.process_time() - c0) / passes * 1e6
+                    row[f"{variant}_us_per_pass"] = min(cpu, row.get(f"{variant}_us_per_pass", cpu))
+            out.append(row)
+        finally:
+            for k in list(links.live()):
+                links.retire(k)
+            links.close()
+            router.close(0)
+            ctx.term()
+    return out
+
+
+def _read_all(links, sk) -> int:
+    """Read link ``sk`` until ``zmq.Again`` (then it is settled, as the subscriber does)."""
+    import zmq
+    receive, n = links.receivers[sk], 0
+    while True:
+        try:
+            receive()
+        except zmq.Again:
+            links.settled(sk)
+            return n
+        n += 1
+
+
 def partitions_run(parts: int, seconds: float) -> dict:
     from epochstream import Subscriber
     ctx = mp.get_context("spawn")
@@ -185,8 +253,12 @@ def run(quick: bool = False, log=print) -> dict:
     polls = poll_cost(p["poll_sockets"])
     for x in polls:
         log(f"  poll over {x['sockets']:4d} sockets: {x['cpu_us_per_poll']:.1f} µs")
+    passes = pass_cost(p["poll_sockets"])
+    for x in passes:
+        log(f"  read pass, 1 of {x['sockets']:4d} links ready: zmq.Poller {x['poller_us_per_pass']:.1f} µs, "
+            f"epoll {x['epoll_us_per_pass']:.1f} µs")
     summary = summarise({"partitions": parts, "widths": widths}, polls)
     rows = parts + widths
-    return {"quick": quick, "poll": polls, "repeats": reps, "seconds_per_run": seconds, "plan": p,
+    return {"quick": quick, "poll": polls, "passes": passes, "repeats": reps, "seconds_per_run": seconds, "plan": p,
             "rows": {"partitions": parts, "widths": widths}, "summary": summary,
             "ok": all(r.get("ok") for r in rows), "wall_s": round(time.monotonic() - t0, 1)}

@@ -443,17 +443,25 @@ def partitions_section(r) -> list[str]:
         out.append("- one `zmq.Poller.poll(0)` over n idle sockets (what each read pass of a subscriber costs with n "
                    "partitions): " + ", ".join(f"{x['sockets']}: {x['cpu_us_per_poll']:.1f} µs" for x in polls)
                    + f" — {describe(s.get('poll_cpu_us'), 'µs', 'socket', 1, '{:.3g}')}\n")
-        out.append("\n**Where it breaks, and the fix not made.** The subscriber's CPU per partition-message is flat "
-                   "(~40 µs for a 100-tuple message and its frontier update) up to 128 partitions and rises at 256: "
-                   "every read pass polls every partition's socket (`transport/links.py`, `zmq.Poller` over P "
-                   "DEALER sockets), a cost linear in P paid per pass, so per epoch the subscriber pays ~P × P once "
-                   "the passes stop batching several partitions' messages. The merge itself (`SubscriberProtocol`, a "
-                   "`MutableAntichain` of counts) is not a scan. The fix: wait on the sockets' `zmq.FD`s with one "
-                   "`epoll` (`selectors`) and read only the sockets it reports (checking `zmq.EVENTS` after each read "
-                   "and send, as `zmq.asyncio` does), so a pass costs what is ready, not P; it touches the "
-                   "subscriber's one blocking wait, every recovery path included, so it is left for its own change "
-                   "with the conformance suites. The publisher side grows too (P loop threads in one process "
-                   "contend for the GIL): one loop per process, as described under `topics`.\n")
+        passes = r.get("passes") or []
+        if passes:
+            out.append("- one read pass of the subscriber's links (`PartitionLinks`) when 1 of n is ready — a ROUTER "
+                       "sends one message, the pass waits for it and reads that link until `zmq.Again` "
+                       "(`bench_partitions.pass_cost`, CPU of the whole process, best of 2 interleaved): "
+                       + ", ".join(f"{x['sockets']}: {x['poller_us_per_pass']:.1f} µs with `zmq.Poller`, "
+                                   f"{x['epoll_us_per_pass']:.1f} µs with `epoll`" for x in passes) + "\n")
+            out.append("\n**Fixed here: the read pass no longer looks at every partition.** Before 2026-11-27 every "
+                       "read pass polled every partition's socket (`zmq.Poller` over P DEALERs, 0.6 µs per "
+                       "socket), so per epoch the subscriber paid ~P × P once the passes stopped batching several "
+                       "partitions' messages (the rise at 256 partitions in the runs before). `transport/links.py` "
+                       "now waits with one `epoll` on the sockets' `zmq.FD`s and hands out only the links that "
+                       "fired or are *unsettled* (read without reaching `zmq.Again`, sent on, new, or after an "
+                       "outside wait), as `zmq.asyncio` does; tests/sockets/test_wakeups.py tries to lose a "
+                       "wake-up. The table above is from the run named at the top of this section.\n")
+        else:
+            out.append("\n**Where it broke.** Every read pass polled every partition's socket (`zmq.Poller` over P "
+                       "DEALER sockets), a cost linear in P paid per pass; fixed on 2026-11-27 (one `epoll`, "
+                       "transport/links.py), not yet re-measured in this run.\n")
     out.append(f"\n![partitions and width]({_partitions_plot(r)})\n")
     return out
 

@@ -81,8 +81,16 @@ def unit_costs() -> dict:
         out["partition_msg"] = (pm, "µs subscriber CPU per partition-message at 32 partitions (a 100-tuple "
                                 "message decoded and its partition's frontier update merged; flat from 2 to 128)",
                                 "partitions_wide.json summary['partitions.sub_cpu_us_per_partition_message'] at 32")
-        pf = s.get("poll_cpu_us")
-        if pf:
+        pf, passes = s.get("poll_cpu_us"), parts.get("passes")
+        if passes:  # the read pass waits with one epoll (transport/links.py): what is ready, not P
+            xs = [x["sockets"] for x in passes]
+            ys = [x["epoll_us_per_pass"] for x in passes]
+            slope = max(0.0, (ys[-1] - ys[0]) / (xs[-1] - xs[0])) if len(xs) > 1 else 0.0
+            out["poll_per_socket"] = (slope, "µs CPU per partition socket per read pass (one epoll: "
+                                      f"{ys[0]:.1f} µs a pass at {xs[0]} link, {ys[-1]:.1f} µs at {xs[-1]}; "
+                                      "the difference over the links between)",
+                                      "partitions_wide.json passes[].epoll_us_per_pass, first and last")
+        elif pf:
             out["poll_per_socket"] = (pf["linear"]["slope"], "µs CPU per partition socket per read pass "
                                       "(zmq poll over every partition)",
                                       "partitions_wide.json summary['poll_cpu_us'].linear.slope")
