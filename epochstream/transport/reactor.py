@@ -156,6 +156,7 @@ class Reactor:
         self._timers: list = []  # heap of (deadline, seq, member)
         self._seq = itertools.count()
         self.passes = 0  # passes of the reactor's loop (a counter for tests and benchmarks)
+        self.broken: BaseException | None = None  # what killed the reactor itself (a bug)
 
     native_id = property(lambda self: None if self._thread is None else self._thread.native_id)
 
@@ -167,12 +168,19 @@ class Reactor:
     def attach(self, member: SharedLoop) -> None:
         """Drive ``member`` (bound) from now on; starts the thread if it is not running."""
         with self._lock:
-            self._joining.append(member)
-            self._count += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="epochstream-reactor")
-                self._thread.start()
+            broken = self.broken
+            if broken is None:
+                self._joining.append(member)
+                self._count += 1
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, daemon=True,
+                                                    name="epochstream-reactor")
+                    self._thread.start()
+        if broken is not None:  # (shared_reactor() hands out a new reactor from now on)
+            member.loop.fail(broken)
+            member.loop.finish()
+            member._ended.set()
+            return
         self._signal()
 
     def notify(self, member: SharedLoop) -> None:
@@ -193,6 +201,23 @@ class Reactor:
 
     # -- the reactor thread ------------------------------------------------------------------
     def _run(self) -> None:
+        """The thread's body; a bug of the reactor itself (not of a loop: :meth:`_step`
+        contains those) ends every member with it, as their own threads would have."""
+        try:
+            self._serve()
+        except BaseException as exc:  # noqa: BLE001 - no member may wait for a dead thread
+            log.exception("the publisher reactor died")
+            with self._lock:
+                self.broken = exc
+                joining, self._joining = self._joining, []
+            for member in joining:
+                member.loop.fail(exc)
+                self._leave(member, registered=False)
+            for member in list(self._members.values()):
+                member.loop.fail(exc)
+                self._leave(member)
+
+    def _serve(self) -> None:
         while True:
             runnable = self._runnable
             timeout = 0 if runnable else self._wait_s()
@@ -317,6 +342,6 @@ def shared_reactor() -> Reactor:
     """The process's :class:`Reactor` (created on first use; a new one in a forked child)."""
     global _reactor
     with _reactor_lock:
-        if _reactor is None or _reactor[0] != os.getpid():
+        if _reactor is None or _reactor[0] != os.getpid() or _reactor[1].broken is not None:
             _reactor = (os.getpid(), Reactor())
         return _reactor[1]
