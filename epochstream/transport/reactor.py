@@ -316,8 +316,8 @@ class Reactor:
     def _leave(self, member: SharedLoop, registered: bool = True) -> None:
         """``member``'s loop ended: stop watching its ROUTER, release its callers, count it
         out; :meth:`SharedLoop.join` returns from now on."""
-        if registered:
-            self._members.pop(member.fd, None)
+        if registered and self._members.get(member.fd) is member:  # (its fd not reused yet)
+            del self._members[member.fd]
             try:
                 self._epoll.unregister(member.fd)
             except (OSError, ValueError):
