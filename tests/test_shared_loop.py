@@ -398,3 +398,34 @@ def test_reactor_ends_with_its_last_member_and_starts_again():
         while reactor._thread is not None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert reactor._thread is None
+
+
+def test_a_reactor_that_dies_ends_its_members_and_the_next_publisher_gets_a_new_one(monkeypatch):
+    """A bug in the reactor itself (injected where it computes its wait) ends every member with
+    it — callers raise instead of queueing for a thread that is gone — and the process's next
+    publisher is driven by a new reactor."""
+    import epochstream.transport.reactor as reactor_module
+
+    doomed = reactor_module.Reactor()
+    monkeypatch.setattr(reactor_module, "_reactor", (os.getpid(), doomed))
+
+    def bug():
+        raise InjectedBug("reactor bug")
+
+    monkeypatch.setattr(doomed, "_wait_s", bug)
+    pub = Publisher("doomed", heartbeat_interval=0.1)
+    try:
+        assert pub._driver._reactor is doomed
+        pub._driver.join(5)
+        assert not pub._driver.is_alive() and isinstance(doomed.broken, InjectedBug)
+        with pytest.raises(ProtocolError, match="reactor bug"):
+            pub.send(0, [1])
+        with Publisher("after", heartbeat_interval=0.1) as fresh:
+            assert fresh._driver._reactor is not doomed
+            with Subscriber("after", endpoints=[fresh.endpoint], timeout=10) as sub:
+                assert sub.wait_ready(5)
+                fresh.send(0, ["ok"])
+                fresh.advance_to(1)
+                assert list(next(iter(sub.epochs(timeout=5))).records) == ["ok"]
+    finally:
+        pub.close(linger=0)
