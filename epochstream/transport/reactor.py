@@ -338,6 +338,17 @@ _reactor: tuple[int, Reactor] | None = None
 _reactor_lock = threading.Lock()
 
 
+def _forget_in_child() -> None:
+    """After a ``fork``: the parent's reactor thread does not exist in the child (and its lock
+    may have been held by another thread): the child starts afresh."""
+    global _reactor, _reactor_lock
+    _reactor, _reactor_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def shared_reactor() -> Reactor:
     """The process's :class:`Reactor` (created on first use; a new one in a forked child)."""
     global _reactor
