@@ -429,3 +429,36 @@ def test_a_reactor_that_dies_ends_its_members_and_the_next_publisher_gets_a_new_
                 assert list(next(iter(sub.epochs(timeout=5))).records) == ["ok"]
     finally:
         pub.close(linger=0)
+
+
+def test_idle_members_cost_nothing_while_another_is_busy():
+    """A pass of the reactor costs what is ready, not every member: 200 idle publishers (no
+    subscribers, heartbeat 1 s) are stepped about twice a second each (their heartbeat timer,
+    which wakes up to 1 ms early), however many passes a flooding one makes meanwhile."""
+    idle = [Publisher(f"idle-{i}", heartbeat_interval=1.0) for i in range(200)]
+    busy = Publisher("busy", heartbeat_interval=1.0)
+    reader = Subscriber("busy", endpoints=[busy.endpoint], timeout=20)
+    try:
+        assert reader.wait_ready(5)
+        time.sleep(0.3)  # their first steps
+        before = [p._driver.steps for p in idle]
+        busy_before, passes_before = busy._driver.steps, busy._driver._reactor.passes
+        t0 = time.monotonic()
+        t = 0
+        while time.monotonic() - t0 < 2.0:
+            for _ in range(100):
+                busy.send(t, [t])
+            busy.advance_to(t + 1)
+            t += 1
+        seconds = time.monotonic() - t0
+        idle_steps = sum(p._driver.steps for p in idle) - sum(before)
+        busy_steps = busy._driver.steps - busy_before
+        passes = busy._driver._reactor.passes - passes_before
+        print(f"{seconds:.1f} s: {passes} passes, busy {busy_steps} steps, 200 idle "
+              f"{idle_steps} steps ({idle_steps / 200 / seconds:.2f} per member per second)")
+        assert busy_steps > 100 and passes > 100
+        assert idle_steps <= 200 * (seconds + 1) * 3  # not once per pass: that is 200 × passes
+    finally:
+        for p in [busy, *idle]:
+            p.close(linger=0)
+        reader.close()

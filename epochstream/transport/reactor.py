@@ -113,6 +113,7 @@ class SharedLoop:
         self.fd = -1
         self.woken = False  # notified by a caller; the reactor re-arms the hand-off
         self.deadline: float | None = None  # of its newest timer in the heap
+        self.steps = 0  # steps the reactor made of this loop (for tests and benchmarks)
         self._started = False
         self._ended = threading.Event()
 
@@ -294,6 +295,7 @@ class Reactor:
     def _step(self, member: SharedLoop) -> None:
         """One bounded step of ``member``'s loop; then it is runnable again or has a timer."""
         loop, router = member.loop, member.router
+        member.steps += 1
         try:
             woken, member.woken = member.woken, False
             loop.step((router,) if router.get(zmq.EVENTS) & zmq.POLLIN else (), woken)
