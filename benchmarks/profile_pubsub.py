@@ -59,7 +59,7 @@ def one(seconds: float) -> dict:
     p = mp.get_context("fork").Process(target=_subscriber, args=(pub.endpoint, q, seconds))
     p.start()
     assert q.get(timeout=60) == "ready"
-    tid = pub._thread.native_id
+    tid = pub._driver.native_id
     loop0, caller0, t0 = _thread_cpu(tid), time.thread_time(), time.monotonic()
     send, advance, nb = pub.send_encoded, pub.advance_to, len(bodies)
     e = n = 0

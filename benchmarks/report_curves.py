@@ -125,13 +125,35 @@ def _topics_before(b, s) -> list[str]:
                    f"0.5 s (half the ping interval, within `timeout`; a message still wakes it at once): "
                    f"{a1 * 100:.3f} %" + (f", ten {a10 * 100:.3f} %" if a10 is not None else "")
                    + " (this run, above the bare process). Regression test `tests/test_idle_wakeups.py`.\n")
-    out.append("- *Not fixed: a thread per publisher.* Every `Publisher` runs its own loop thread (and "
-               "5 file descriptors); at 1,000 topics that is 1,000 threads, ~90 KiB each. The growth is "
-               "linear, not worse, and the idle CPU per topic stays under the target, so the thread is a "
-               "memory and scheduling cost, not a scan. The fix — one loop thread per process polling "
-               "every publisher's ROUTER and wake-up pipe, with one heartbeat timer heap — changes "
-               "`transport/loop.py`'s ownership of its sockets and is left for its own issue.\n")
+    out.append(_shared_loop_note(s))
     return out
+
+
+def _shared_loop_note(s) -> str:
+    """The third fix of issue 28 (one loop thread per process), read against this run's slopes:
+    a run made before it still shows a thread and 5 descriptors per publisher."""
+    def slope(key):
+        return ((s.get(key) or {}).get("fit") or {}).get("linear", {}).get("slope")
+    th, fd = slope("publishers.threads"), slope("publishers.fds")
+    if th is None or th >= 0.5:
+        run = ("This run is from before the fix: every `Publisher` ran its own loop thread (and 5 "
+               "file descriptors, with its inproc wake-up pipe); at 1,000 topics that was 1,000 threads, ~90 KiB each. ")
+    else:
+        run = (f"Fixed: this run adds {th:.2f} threads and {fd:.2f} file descriptors per topic (before: "
+               "a loop thread, ~90 KiB, and 5 descriptors per publisher). ")
+    return ("- *A thread per publisher.* " + run + "A publisher's loop is now a bounded, non-blocking "
+            "step (`PublisherLoop.wants` / `step`), and `transport/reactor.py` drives every publisher of "
+            "the process that has no epoch log and no catalog from one thread: one `epoll` over each "
+            "ROUTER's `zmq.FD` (`zmq.EVENTS` checked after every step, as `zmq.asyncio` does) and one "
+            "`eventfd` that every publisher's hand-off wakes (no wake-up pipe per publisher), one heap of "
+            "heartbeat and linger deadlines (an idle publisher costs nothing until its deadline), "
+            "round-robin steps of at most 4096 commands; a loop that raises ends only its publisher. The "
+            "thread starts with the first publisher and ends with the last. Publishers with `retention` "
+            "(fsyncs, catalog commits, object-store waits in the loop) or a catalog (the upper-frontier "
+            "write, once per burst of new epochs) keep a thread of their own by default, so a slow disk "
+            "or catalog stalls no other topic; `Publisher(loop=\"shared\" | \"own\")` chooses. Regression "
+            "test `tests/test_shared_loop.py` (300 publishers in one process: one more thread, 2 file "
+            "descriptors each).\n")
 
 
 def _topics_plot(r) -> str:
@@ -404,8 +426,8 @@ def partitions_section(r) -> list[str]:
     pmax = max(v for v, _ in s["partitions.records_per_s"]["by_value"])
     out = [f"## Curve: partitions 1 → {pmax} and antichain width 1 → 64 (`partitions_wide`)\n",
            f"Run: {_load(r)}; {r['seconds_per_run']} s per run, {r['repeats']} interleaved repeats, medians. "
-           "Partitions: one publisher process holding all P `Publisher`s of the topic (a loop thread "
-           "each), every epoch one 100-tuple message per partition then `advance_to` on each — an "
+           "Partitions: one publisher process holding all P `Publisher`s of the topic (no catalog: one "
+           "shared loop thread since 2026-11-27, a loop thread each before), every epoch one 100-tuple message per partition then `advance_to` on each — an "
            "epoch completes when all P moved; the subscriber (`epochs()`, credit flow control) in "
            "another process. Width: the `scale` case's `product(2)` antichain run (w incomparable "
            "capabilities held throughout, each step completes w epochs).\n"]
@@ -433,7 +455,8 @@ def partitions_section(r) -> list[str]:
     out.append(f"- partitions, subscriber CPU per partition-message: "
                f"{describe(s['partitions.sub_cpu_us_per_partition_message']['fit'], 'µs', 'partition')}\n")
     out.append(f"- partitions, records/s: {describe(s['partitions.records_per_s']['fit'], 'records/s', 'partition')}\n")
-    out.append(f"- partitions, publisher process CPU per record (all P publishers in one process, a loop thread each): "
+    out.append(f"- partitions, publisher process CPU per record (all P publishers in one process: a loop thread each "
+               f"before 2026-11-27, one shared reactor thread since): "
                f"{describe(s['partitions.pub_cpu_ns_per_record']['fit'], 'ns', 'partition')}\n")
     out.append(f"- width, subscriber CPU per step: {describe(s['widths.sub_cpu_us_per_step']['fit'], 'µs', 'unit of width')}\n")
     out.append(f"- width, subscriber CPU per epoch: {describe(s['widths.sub_cpu_us_per_epoch']['fit'], 'µs', 'unit of width')}\n")

@@ -1,7 +1,9 @@
 """The hand-off from a publisher's calling threads to its loop thread.
 
-Commands go into a deque; the loop is woken by one byte over an ``inproc`` pipe per batch of
-commands (not per command). A caller blocks while ``hwm`` commands are waiting (back-pressure,
+Commands go into a deque; the loop is woken once per batch of commands (not per command): by
+one byte over an ``inproc`` pipe of its own, or, for a loop driven by the process's shared
+:mod:`~epochstream.transport.reactor`, by the ``wake()`` function it hands in (one wake-up
+for every loop the reactor drives: no pipe, no file descriptors, per publisher). A caller blocks while ``hwm`` commands are waiting (back-pressure,
 never loss). The wake-up flag is cleared by the loop only after it consumed the wake-up bytes
 and before it drains the deque, so a command appended in between always kicks again (no lost
 wake-up). End-of-stream commands (:meth:`Handoff.put_final`) never wait for space, so ``close()``
@@ -22,12 +24,20 @@ __all__ = ["Handoff"]
 
 
 class Handoff:
-    """``Handoff(ctx, hwm, loop_alive)``: ``hwm`` commands may wait before :meth:`put` blocks;
-    ``loop_alive()`` tells whether the consuming loop still runs. :attr:`socket` is what the loop
-    polls for wake-ups; :attr:`commands` the deque it drains."""
+    """``Handoff(ctx, hwm, loop_alive, wake=None)``: ``hwm`` commands may wait before
+    :meth:`put` blocks; ``loop_alive()`` tells whether the consuming loop still runs.
+    :attr:`socket` is what the loop polls for wake-ups (``None`` when ``wake`` is given:
+    ``wake()`` is then called, from the caller's thread, once per batch instead of a byte sent
+    over the pipe); :attr:`commands` the deque it drains."""
 
-    def __init__(self, ctx: zmq.Context, hwm: int, loop_alive: Callable[[], bool]):
-        self.socket, self._kick = inproc_pair(ctx)
+    def __init__(self, ctx: zmq.Context, hwm: int, loop_alive: Callable[[], bool],
+                 wake: Callable[[], None] | None = None):
+        if wake is None:
+            self.socket, self._kick = inproc_pair(ctx)
+            wake = self._kick_pipe
+        else:
+            self.socket = self._kick = None
+        self._wake = wake
         self.commands: collections.deque = collections.deque()
         self.hwm = int(hwm)
         self._alive = loop_alive
@@ -64,12 +74,15 @@ class Handoff:
         self.commands.append(command)
         if not self._kicked and self._alive():
             self._kicked = True
-            self._kick.send(b"K")
+            self._wake()
+
+    def _kick_pipe(self) -> None:
+        self._kick.send(b"K")
 
     # -- loop side -------------------------------------------------------------------------
     def woken(self) -> None:
         """Consume the wake-up bytes, then re-arm the wake-up (call before draining)."""
-        while True:
+        while self.socket is not None:
             try:
                 self.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
@@ -92,6 +105,7 @@ class Handoff:
         return left
 
     def close(self) -> None:
-        """Close both ends of the wake-up pipe."""
-        self._kick.close(0)
-        self.socket.close(0)
+        """Close both ends of the wake-up pipe (if it has one)."""
+        if self.socket is not None:
+            self._kick.close(0)
+            self.socket.close(0)

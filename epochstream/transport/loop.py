@@ -1,7 +1,10 @@
-"""The loop thread of a :class:`~epochstream.transport.publisher.Publisher`: it owns the ROUTER
-and runs the commands the calling threads hand over — data and frontier changes broadcast
-through the pure :class:`~epochstream.transport.fanout.Fanout`, heartbeats — and hands the rest
-to the parts it holds, each with its own state: what subscribers send to
+"""The loop of a :class:`~epochstream.transport.publisher.Publisher`, a bounded, non-blocking
+step (:meth:`PublisherLoop.wants`, :meth:`PublisherLoop.step`) that a driver calls — the
+process's shared reactor or a thread of its own (:mod:`~epochstream.transport.reactor`;
+:meth:`PublisherLoop.run` is the latter's body). It owns the ROUTER and runs the commands
+the calling threads hand over — data and frontier changes broadcast through the pure
+:class:`~epochstream.transport.fanout.Fanout`, heartbeats — and hands the rest to the parts it
+holds, each with its own state: what subscribers send to
 :class:`~epochstream.transport.loop_peers.PeerControl`, the epoch log (group commit before
 frontier updates leave; remote history reads) to
 :class:`~epochstream.transport.loop_log.LogDriver`, per-peer filtering to
@@ -93,6 +96,8 @@ class PublisherLoop:
         self._halted = False
         self._last_broadcast = self._last_probe = _time.monotonic()
         self._stop_linger = 0.0
+        self._stop_at: float | None = None  # monotonic deadline of the linger, once stopped
+        self._done = False
         self._compose(p, ctx, log, authz)
 
     def _compose(self, p, ctx: zmq.Context, log_writer, authz) -> None:
@@ -129,57 +134,105 @@ class PublisherLoop:
         """The lower frontier (a tuple) and the upper frontier (its elements) sent so far."""
         return tuple(self._loop_lower), self._loop_upper.elements
 
-    def run(self) -> None:
-        """The thread's body: serve until stopped; a failure is kept in :attr:`error`."""
-        logs = self._logs
+    # -- driving: a pass of the loop is a step; run() is the driver of a loop of its own ----
+    @property
+    def done(self) -> bool:
+        """True once the loop ended: stopped (after its linger) or failed (:attr:`error`)."""
+        return self._done
+
+    def start(self) -> None:
+        """Start what runs beside the loop (the epoch log's history server): called by the
+        driver, in its thread, before the first :meth:`step` (a publisher that fails to start
+        has none)."""
+        if self._logs is not None:
+            self._logs.start()
+
+    def wants(self) -> tuple[list, int]:
+        """``(sockets, timeout)``: the sockets to wait on for input (zmq sockets: the ROUTER,
+        the hand-off's wake-up pipe unless flow control holds the producer back or the loop has
+        none, the history server's socket) and the milliseconds to wait at most (0: step
+        again at once) before the next :meth:`step`. Loop thread only."""
+        pending = self._fanout.pending()
+        blocked = self._blocked(pending)
+        sockets = [self._router]
+        if not blocked and self._handoff.socket is not None:
+            sockets.append(self._handoff.socket)
+        if self._logs is not None and self._logs.history is not None:
+            sockets.append(self._logs.history.socket)
+        return sockets, self._poll_timeout(pending, blocked, self._stop_at)
+
+    def _blocked(self, pending: bool) -> bool:
+        """Flow control holds the producer back, except once close()/abort() was called: the
+        end of the stream is never stuck behind a consumer."""
+        return bool(pending and self._stop_at is None and not self._closing()
+                    and self._fanout.blocked())
+
+    def step(self, ready=(), woken: bool = False) -> None:
+        """One pass, bounded (at most 4096 commands, a pass of subscriber messages) and not
+        blocking on sockets: read the sockets in ``ready`` (a container of the sockets of
+        :meth:`wants` found readable), run queued commands unless flow control holds them back,
+        drain the subscribers' backlogs, tick heartbeats. Sets :attr:`done` once stopped and
+        lingered. ``woken``: the driver was told (a hand-off without a pipe) that commands
+        were handed over: the wake-up is re-armed before the commands are drained. Raises
+        what a bug raises (the driver then calls :meth:`fail`)."""
+        fanout, commands = self._fanout, self._handoff.commands
+        pending = fanout.pending()
+        blocked = self._blocked(pending)
+        if self._router in ready:
+            self._handle_peers()
+        history = None if self._logs is None else self._logs.history
+        if history is not None and history.socket in ready:
+            history.drain(self._transmit)
+        if woken or (self._handoff.socket is not None and self._handoff.socket in ready):
+            self._handoff.woken()
+        if not blocked and self._stop_at is None and commands and self._run_commands():
+            self._stop_at = _time.monotonic() + self._stop_linger
+        if pending:
+            fanout.drain(self._transmit)
+        self._tick(self._stop_at is not None)
+        if self._stop_at is not None and (not fanout.peers or _time.monotonic() >= self._stop_at):
+            self._done = True
+
+    def fail(self, exc: BaseException) -> None:
+        """The loop raised ``exc``: keep it in :attr:`error` (callers raise it), log it."""
+        self.error, self._done = exc, True
+        log.error("publisher loop %s/%s died", self.topic, self.partition, exc_info=exc)
+
+    def finish(self) -> None:
+        """The loop ended (stopped or failed): close the epoch log, release every caller
+        waiting (blocked at ``queue_hwm``, or for a flush: its event is set). Called once by
+        the driver, in its thread."""
         try:
-            if logs is not None:  # started here: a publisher that fails to start has none
-                logs.start()
-            self._serve()
-        except BaseException as exc:  # a bug here must not pass silently: callers raise it
-            self.error = exc
-            log.exception("publisher loop %s/%s died", self.topic, self.partition)
-            raise
+            if self._logs is not None:
+                self._logs.close()
         finally:
-            if logs is not None:
-                logs.close()
             for kind, arg, _ in self._handoff.ended():  # nobody may wait for a flush forever
                 if kind == SYNC:
                     arg.set()
 
-    def _serve(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
-        poller.register(self._handoff.socket, zmq.POLLIN)
-        blocked_poller = zmq.Poller()  # while flow control holds the producer back
-        blocked_poller.register(self._router, zmq.POLLIN)
-        history = None if self._logs is None else self._logs.history
-        if history is not None:  # replies go out even while flow control blocks the producer
-            poller.register(history.socket, zmq.POLLIN)
-            blocked_poller.register(history.socket, zmq.POLLIN)
-        commands, fanout = self._handoff.commands, self._fanout
-        stop_at = None
-        while stop_at is None or (fanout.peers and _time.monotonic() < stop_at):
-            pending = fanout.pending()
-            # Flow control holds the producer back, except once close()/abort() was called:
-            # the end of the stream is never stuck behind a consumer.
-            blocked = pending and stop_at is None and not self._closing() and fanout.blocked()
-            events = dict((blocked_poller if blocked else poller).poll(
-                self._poll_timeout(pending, blocked, stop_at)))
-            if self._router in events:
-                self._handle_peers()
-            if history is not None and history.socket in events:
-                history.drain(self._transmit)
-            if self._handoff.socket in events:
-                self._handoff.woken()
-            if not blocked and stop_at is None and commands and self._run_commands():
-                stop_at = _time.monotonic() + self._stop_linger
-            if pending:
-                fanout.drain(self._transmit)
-            self._tick(stop_at is not None)
+    def run(self) -> None:
+        """The body of a thread of its own (``loop="own"``): serve until stopped; a failure is
+        kept in :attr:`error` and re-raised."""
+        try:
+            self.start()
+            pollers: dict = {}  # one poller per set of sockets (at most two: flow control)
+            while not self._done:
+                sockets, timeout = self.wants()
+                key = tuple(id(s) for s in sockets)
+                poller = pollers.get(key)
+                if poller is None:
+                    poller = pollers[key] = zmq.Poller()
+                    for s in sockets:
+                        poller.register(s, zmq.POLLIN)
+                self.step(dict(poller.poll(timeout)))
+        except BaseException as exc:  # a bug here must not pass silently: callers raise it
+            self.fail(exc)
+            raise
+        finally:
+            self.finish()
 
     def _poll_timeout(self, pending: bool, blocked: bool, stop_at: float | None) -> int:
-        """Milliseconds to wait for input in this pass of the loop."""
+        """Milliseconds to wait for input before the next pass of the loop."""
         if stop_at is not None:
             return 1 if pending else 20
         if pending:

@@ -1,12 +1,11 @@
 """The publisher of one partition (Strymon "Publisher Logic") over a ZeroMQ ROUTER.
 
-Two threads. The calling thread validates each call against its own
+The calling thread validates each call against its own
 :class:`~epochstream.protocol.PublisherProtocol` (errors are raised right there, nothing is sent)
-and hands encoded frames to the loop through a :class:`~epochstream.transport.handoff.Handoff`.
-The loop thread (:mod:`~epochstream.transport.loop`) owns the ROUTER: a new subscriber's
-snapshot is taken and the subscriber registered in one step (Strymon's "new subscriber
-connects"). The partition's standing in the catalog is a composed
-:class:`~epochstream.transport.registration.Registration`.
+and hands encoded frames through a :class:`~epochstream.transport.handoff.Handoff` to the loop
+(:mod:`~epochstream.transport.loop`; driven by the process's shared reactor or a thread of its
+own: :mod:`~epochstream.transport.reactor`), which owns the ROUTER. The partition's standing
+in the catalog is a composed :class:`~epochstream.transport.registration.Registration`.
 """
 
 from __future__ import annotations
@@ -24,15 +23,16 @@ from ..catalog import Catalog
 from ..errors import CatalogError, Fenced, HistoryWriteError, ProtocolError
 from ..events import LowerFrontierUpdate
 from ..frontier import Antichain
-from ..order import TOTAL, by_name, dual
-from ..partitioning import check_records, partition_key
+from ..order import TOTAL, dual
+from ..partitioning import check_records
 from ..retention import Retention
 from ..security import Authorizer, Security, checked
 from .fanout import Fanout
 from .handoff import Handoff
 from .loop import ABORT, DATA, FRONTIER, STOP, SYNC, UPPER, PublisherLoop
 from .sockets import advertised_endpoint, bind_router
-from .publisher_start import history_dir, inherited_upper, start_protocol
+from .publisher_start import history_dir, inherited_upper, start_protocol, topic_definition
+from .reactor import driver, loop_mode
 from .registration import Registration
 
 __all__ = ["Publisher", "inherited_upper", "history_dir", "advertised_endpoint"]
@@ -105,6 +105,11 @@ class Publisher:
         (docs/security.md): a CURVE server (its public key :attr:`server_key`, registered in the
         catalog), clients checked against ``allow`` and, with a catalog, their ``subscribe``
         grants (re-read every second; a revoked subscriber is dropped).
+    loop:
+        its driver (:mod:`~epochstream.transport.reactor`): ``"shared"``, the process's one
+        reactor thread; ``"own"``, a thread of its own; ``None``: ``"shared"`` unless it has
+        ``retention`` or a ``catalog`` (loops that block on I/O). ``ValueError``: another
+        value, or ``"shared"`` with ``retention``.
 
     Flow control (docs/protocol.md): a subscriber with credit is sent at most what it granted;
     once its backlog is full, :meth:`send` blocks (back-pressure) for up to ``credit_timeout``
@@ -127,8 +132,12 @@ class Publisher:
                  retention: Retention | None = None, context: zmq.Context | None = None,
                  advertise: str | None = None, key=None, max_filter_classes: int = 32,
                  upper: list | None = None, security: Security | None = None,
-                 partitioning: str | None = None, publisher_gate=None, wire_version: int = 2):
-        self._check_options(topic, partition, partitions, order, codec, key, partitioning)
+                 partitioning: str | None = None, publisher_gate=None, wire_version: int = 2,
+                 loop: str | None = None):
+        self.topic, self.partition, self.partitions, self.key = topic, partition, partitions, key
+        self.order, self.codec, self.partition_key = topic_definition(
+            partition, partitions, order, codec, key, partitioning)
+        mode = loop_mode(loop, log_kept=retention is not None, catalog=catalog is not None)
         self.heartbeat_interval = float(heartbeat_interval)
         self.coalesce_bytes = int(coalesce_bytes) if self.codec.name == "msgpack" else 0
         self.max_filter_classes, self.wire_version = int(max_filter_classes), int(wire_version)
@@ -158,33 +167,25 @@ class Publisher:
         self._aborted: str | None = None  # the reason, once abort() ran
         self._closer: threading.Thread | None = None
         self._start_loop(context, endpoint, advertise, sndhwm, queue_hwm, max_queue_messages,
-                         max_queue_bytes, credit_timeout)
+                         max_queue_bytes, credit_timeout, mode)
         self._register(schema, ingest)
-        self._thread.start()
+        self._driver.start()
         self._reg.keep_lease(self._on_fenced)
         if self._authz is not None:  # re-reads the grants while the loop runs
-            self._authz.start(self._thread.is_alive)
-
-    def _check_options(self, topic, partition, partitions, order, codec, key,
-                       partitioning) -> None:
-        """Set the topic's definition, after checking it (``ValueError``/``TypeError``)."""
-        if not isinstance(partition, int) or not 0 <= partition < partitions:
-            raise ValueError(f"partition {partition!r} out of range 0..{partitions - 1}")
-        self.topic, self.partition, self.partitions = topic, partition, partitions
-        self.order = by_name(order) if isinstance(order, str) else order
-        self.codec = wire.codec(codec)
-        self.key, self.partition_key = key, partition_key(key, partitioning)
+            self._authz.start(self._driver.is_alive)
 
     def _start_loop(self, context, endpoint: str, advertise, sndhwm: int, queue_hwm: int,
-                    max_queue_messages: int, max_queue_bytes: int, credit_timeout) -> None:
-        """Bind the ROUTER and build the loop (its thread is started after registering)."""
+                    max_queue_messages: int, max_queue_bytes: int, credit_timeout,
+                    mode: str) -> None:
+        """Bind the ROUTER, build the loop and its driver (started after registering)."""
+        self._driver = driver(mode, f"epochstream-pub-{self.topic}-{self.partition}")
         self._ctx = context or default_context()
         self._router = bind_router(self._ctx, endpoint, sndhwm=sndhwm,
                                    heartbeat_interval=self.heartbeat_interval,
                                    security=self.security)
         self.endpoint: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         self.advertised: str = advertised_endpoint(self.endpoint, advertise)
-        self._handoff = Handoff(self._ctx, queue_hwm, lambda: self._thread.is_alive())
+        self._handoff = Handoff(self._ctx, queue_hwm, self._driver.is_alive, self._driver.wake)
         self._fanout = Fanout(f"{self.topic!r} partition {self.partition}", self.partition,
                               max_messages=max_queue_messages, max_bytes=max_queue_bytes,
                               credit_timeout=credit_timeout)
@@ -193,8 +194,7 @@ class Publisher:
                                    self._protocol.lower, self._protocol.upper, lambda: self._closed,
                                    ctx=self._ctx, recorder=self._upper, log=self._log,
                                    authz=self._authz)
-        self._thread = threading.Thread(target=self._loop.run, daemon=True,
-                                        name=f"epochstream-pub-{self.topic}-{self.partition}")
+        self._driver.bind(self._loop, self._router)
 
     def _register(self, schema: str | None, ingest: str | None) -> None:
         try:
@@ -226,7 +226,7 @@ class Publisher:
         """True while a call (``send``, ...) would block: the loop is :attr:`queue_hwm` calls
         behind (flow control holds it back). What an event loop polls before a call (``aio``)."""
         handoff = self._handoff
-        return len(handoff.commands) >= handoff.hwm and self._thread.is_alive()
+        return len(handoff.commands) >= handoff.hwm and self._driver.is_alive()
 
     @property
     def lower(self) -> tuple:
@@ -383,7 +383,7 @@ class Publisher:
         :class:`~epochstream.errors.HistoryWriteError` if the log failed meanwhile."""
         ev = threading.Event()
         with self._lock:
-            if not self._thread.is_alive() or self._closed:
+            if not self._driver.is_alive() or self._closed:
                 return True if not self._closed else self.join(timeout)
             self._enqueue((SYNC, ev, None))
         done = ev.wait(timeout)
@@ -441,7 +441,7 @@ class Publisher:
                 self._log.tails.stop()  # (upload="frontier": a commit waiting for the store)
             log.warning("publisher %s/%s aborted: %s", self.topic, self.partition, abort_reason)
             self._handoff.put_final((ABORT, abort_reason, None))
-            if self._log is not None and self._thread.is_alive():
+            if self._log is not None and self._driver.is_alive():
                 # until the loop closed the log: a successor may recover it once aborted
                 quiet = threading.Event()
                 self._handoff.put_final((SYNC, quiet, None))
@@ -464,8 +464,8 @@ class Publisher:
 
     def _finish_close(self, linger: float) -> None:
         t0 = _time.monotonic()
-        self._thread.join(linger + 5.0)
-        if self._log is not None and not self._thread.is_alive():
+        self._driver.join(linger + 5.0)
+        if self._log is not None and not self._driver.is_alive():
             self._log.close(uploads=True)  # (with a store: its uploads finish first)
         self._close_sockets(max(0.0, linger - (_time.monotonic() - t0)))
 

@@ -11,7 +11,9 @@ from ..catalog import Catalog
 from ..catalog.runs import claim_run
 from ..errors import EpochstreamError
 from ..frontier import Antichain
-from ..order import check_time, dual
+from .. import wire
+from ..order import by_name, check_time, dual
+from ..partitioning import partition_key
 from ..protocol import PublisherProtocol
 from ..retention import Retention
 from ..start import continued_frontiers, given_frontiers, inherited_upper as _inherited
@@ -20,9 +22,21 @@ from ..start import resumed_lower
 if TYPE_CHECKING:  # the log package is imported by a publisher that keeps one (open_log)
     from ..log.writer import LogWriter
 
-__all__ = ["start_protocol", "start_frontiers", "open_log", "inherited_upper", "recorded_upper", "history_dir"]
+__all__ = ["topic_definition", "start_protocol", "start_frontiers", "open_log", "inherited_upper", "recorded_upper", "history_dir"]
 
 log = logging.getLogger("epochstream.transport")
+
+
+def topic_definition(partition: int, partitions: int, order, codec: str, key, partitioning):
+    """``(order, codec, partition key)`` of a publisher's topic, checked: ``order`` an order or
+    its name, ``codec`` a codec's name (:func:`epochstream.wire.codec`), ``key`` and
+    ``partitioning`` as :func:`epochstream.partitioning.partition_key` takes them.
+    ``ValueError``/``TypeError`` for a partition out of ``0..partitions - 1`` or a bad
+    option."""
+    if not isinstance(partition, int) or not 0 <= partition < partitions:
+        raise ValueError(f"partition {partition!r} out of range 0..{partitions - 1}")
+    order = by_name(order) if isinstance(order, str) else order
+    return order, wire.codec(codec), partition_key(key, partitioning)
 
 
 def recorded_upper(catalog: Catalog | None, topic: str, partition: int, order) -> tuple | None:

@@ -32,7 +32,7 @@ def test_a_refused_idle_segment_roll_fails_the_log_not_the_loop(tmp_path):
                 time.monotonic() < deadline:
             time.sleep(0.05)
         assert pub._loop.error is None, pub._loop.error  # the loop did not die
-        assert pub._thread.is_alive()
+        assert pub._driver.is_alive()
         assert isinstance(pub._loop.log_error, HistoryWriteError)
         assert "refused" in str(pub._loop.log_error) or "roll" in str(pub._loop.log_error)
         with pytest.raises(HistoryWriteError):

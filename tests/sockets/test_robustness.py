@@ -150,8 +150,8 @@ def test_a_dead_loop_makes_the_next_call_raise_instead_of_queueing():
     bad = _dealer(pub.endpoint)
     try:
         bad.send_multipart(wire.encode_control(wire.PING, id="x"))
-        pub._thread.join(5)
-        assert not pub._thread.is_alive()
+        pub._driver.join(5)
+        assert not pub._driver.is_alive()
         t0 = time.monotonic()
         with pytest.raises(ProtocolError, match="loop died"):
             for t in range(5000):  # before the fix these queued until queue_hwm, then hung
