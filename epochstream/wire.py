@@ -31,7 +31,7 @@ from .events import DataMessage, InitialFrontierSnapshot, LowerFrontierUpdate
 from .wire2 import (DATA2, MAX_ARITY, WIRE_VERSIONS, V2Renderer, choose_wire, data_decoder,  # noqa: F401
                     data_header2, decode_data2, decoder_for, encode_data2)
 
-__all__ = ["VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HELLO", "PING", "BYE",
+__all__ = ["as_payload", "VERSION", "SNAPSHOT", "DATA", "FRONTIER", "HEARTBEAT", "NOTICE", "HELLO", "PING", "BYE",
            "CREDIT", "READ", "HISTORY", "UPDATE", "encode_history", "decode_history",
            "Heartbeat", "Notice", "encode_snapshot", "encode_data", "encode_frontier",
            "encode_heartbeat", "encode_notice", "encode_control", "decode", "decode_control",
@@ -59,6 +59,24 @@ _PUB_KINDS = {SNAPSHOT, DATA, DATA2, FRONTIER, HEARTBEAT, NOTICE}
 _SUB_KINDS = {HELLO, PING, BYE, CREDIT, READ, UPDATE}
 
 _packb = msgpack.Packer(use_bin_type=True).pack
+
+
+def as_payload(payload):
+    """An already-encoded payload as the loop takes it: ``payload`` itself if it is ``bytes``
+    or a contiguous ``memoryview`` (as bytes: no copy — what a relay forwards; its buffer must
+    not change afterwards), else a ``bytes`` copy of any other bytes-like object
+    (``bytearray``, ``zmq.Frame``, a NumPy array...: a caller may change a mutable buffer once
+    the call returned, and the loop merges payloads by their bytes). ``TypeError`` for anything
+    else, so that ``Publisher.send_encoded`` refuses it at the call, not in the loop."""
+    if type(payload) is bytes:
+        return payload
+    if type(payload) is memoryview and payload.c_contiguous:
+        return payload if payload.format == "B" and payload.ndim == 1 else payload.cast("B")
+    try:
+        return bytes(memoryview(payload))
+    except TypeError:
+        raise TypeError(f"an encoded payload must be bytes-like (bytes, bytearray, memoryview), "
+                        f"got {type(payload).__name__}") from None
 
 
 def _unpack(raw) -> Any:

@@ -298,9 +298,7 @@ class Publisher:
 
     def send(self, time, records) -> None:
         """Publish ``records`` at ``time``: encoded with the topic's codec (a list or tuple of
-        records for msgpack; a ``pyarrow.RecordBatch``/``Table`` or list of dicts for arrow).
-
-        Raises :class:`ProtocolError` if ``time`` has the wrong shape or no capability ``<= time``
+        records for msgpack; a ``pyarrow.RecordBatch``/``Table`` or list of dicts for arrow). Raises :class:`ProtocolError` if ``time`` has the wrong shape or no capability ``<= time``
         is held; :class:`WireError` if the records are not a sequence of records or the codec
         cannot encode them; :class:`~epochstream.partitioning.PartitioningError` on a
         key-partitioned topic for a record whose key belongs to another partition. Nothing is
@@ -310,10 +308,12 @@ class Publisher:
         self.send_encoded(time, self.codec.encode(records))
 
     def send_encoded(self, time, payload) -> None:
-        """Publish an already-encoded payload (bytes-like, in the topic's codec) at ``time``.
-        A time that grows the upper frontier is recorded in the catalog before data at it is
-        sent (:mod:`~epochstream.transport.upper`); a refusal
-        (:class:`~epochstream.errors.Fenced`, or unreachable) aborts: the next call raises it."""
+        """Publish an already-encoded payload (bytes-like: :func:`~epochstream.wire.as_payload`;
+        in the topic's codec; ``TypeError`` otherwise, nothing sent) at ``time``. A time that grows the upper
+        frontier is recorded in the catalog before data at it is sent (transport/upper.py); a
+        refusal (:class:`~epochstream.errors.Fenced`, or unreachable) aborts: the next call raises."""
+        if type(payload) is not bytes:  # (what codecs return: one check on the hot path)
+            payload = wire.as_payload(payload)
         with self._lock:
             self._check_open()
             protocol = self._protocol
