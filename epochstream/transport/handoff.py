@@ -3,8 +3,8 @@
 Commands go into a deque; the loop is woken once per batch of commands (not per command): by
 one byte over an ``inproc`` pipe of its own, or, for a loop driven by the process's shared
 :mod:`~epochstream.transport.reactor`, by the ``wake()`` function it hands in (one wake-up
-for every loop the reactor drives: no pipe, no file descriptors, per publisher). A caller blocks while ``hwm`` commands are waiting (back-pressure,
-never loss). The wake-up flag is cleared by the loop only after it consumed the wake-up bytes
+for every loop the reactor drives: no pipe, no file descriptors, per publisher). A caller
+blocks while ``hwm`` commands are waiting (back-pressure, never loss). The wake-up flag is cleared by the loop only after it consumed the wake-up bytes
 and before it drains the deque, so a command appended in between always kicks again (no lost
 wake-up). End-of-stream commands (:meth:`Handoff.put_final`) never wait for space, so ``close()``
 and ``abort()`` are never stuck behind flow control.
